@@ -1,0 +1,59 @@
+"""specfx: a value-carrying torch.fx tracer whose every baked-in decision is
+recorded, explained and guarded.
+
+>>> import torch, specfx
+>>> def f(x):
+...     return torch.cat([*torch.chunk(x, 2)]) if x.sum() > 0 else x
+>>> gm = specfx.trace(f, torch.ones(4), policy=specfx.Policy(iter=True, bool=True))
+>>> len(gm.specializations)
+2
+"""
+
+from ._guards import (
+    Specialization,
+    guard_float,
+    guard_index,
+    guard_int,
+    guard_is_none,
+    guard_is_tensor,
+    guard_item,
+    guard_keys,
+    guard_len,
+    guard_ndim,
+    guard_numel,
+    guard_shape,
+    guard_size,
+    guard_tolist,
+    guard_truth,
+)
+from ._policy import Policy, Specialize
+from ._report import explain
+from ._scope import specialize
+from ._trace import trace
+from ._tracer import SpecTracer
+from .errors import (
+    GuardError,
+    SpecfxError,
+    SpecializationError,
+    SpecializationWarning,
+    TraceCheckError,
+)
+
+__version__ = "0.1.0"
+
+# The guard_* functions are importable from here because generated graph code
+# (and its pickles) reference them as `specfx.guard_*`; they are not API to call.
+__all__ = [
+    "GuardError",
+    "Policy",
+    "SpecTracer",
+    "SpecfxError",
+    "Specialization",
+    "SpecializationError",
+    "SpecializationWarning",
+    "Specialize",
+    "TraceCheckError",
+    "explain",
+    "specialize",
+    "trace",
+]

@@ -1,0 +1,231 @@
+"""Runtime guards: the functions that specialized graphs call to check their
+assumptions, and the ``Specialization`` record of each assumption.
+
+A guard is an ordinary ``call_function`` node whose target is one of the
+``guard_*`` functions below, e.g.::
+
+    specfx_guard_len(split, 2, 'len(x)', 'model.py:12: return self.call_cat(*x)')
+
+They are registered with ``torch.fx.node.has_side_effect`` (dead-code
+elimination keeps them), their nodes are marked ``is_wrapped`` (generated
+code re-registers them with ``torch.fx.wrap``, so pickling and re-tracing
+keep them as calls), and they report as module ``specfx`` so the generated
+code and its pickles import them from the public package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from typing import Any, Callable, Dict, NoReturn, Optional
+
+import torch
+from torch.fx.node import has_side_effect
+
+from ._policy import Specialize
+from ._source import SourceLocation
+from .errors import GuardError
+
+__all__ = ["GUARDS", "Specialization"]
+
+
+def _fail(what: str, expected: Any, actual: Any, where: str) -> NoReturn:
+    raise GuardError(
+        f"specfx guard failed: the graph was traced assuming {what} == {expected!r}, "
+        f"but this input gives {actual!r}.\n"
+        f"  assumed at {where}\n"
+        f"The graph is only valid for inputs that keep this assumption. Retrace with an "
+        f"example input like this one (specfx.trace(model, example_inputs, policy=...)), "
+        f"or narrow the policy so that this value stays symbolic.",
+        expected=expected,
+        actual=actual,
+        where=where,
+    )
+
+
+def _observe(what: str, expected: Any, where: str, observe: Callable[[], Any]) -> Any:
+    try:
+        return observe()
+    except Exception as error:  # a wrong input type must still fail as a guard, not elsewhere
+        _fail(what, expected, f"<{type(error).__name__}: {error}>", where)
+
+
+def _same(actual: Any, expected: Any) -> bool:
+    if isinstance(expected, float) and isinstance(actual, float) and math.isnan(expected):
+        return math.isnan(actual)
+    return bool(actual == expected) and type(actual) is type(expected)
+
+
+def guard_len(value: Any, expected: int, what: str, where: str) -> None:
+    """Fail unless ``len(value) == expected``."""
+    actual = _observe(what, expected, where, lambda: len(value))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+def guard_truth(value: Any, expected: bool, what: str, where: str) -> None:
+    """Fail unless ``bool(value) == expected``."""
+    actual = _observe(what, expected, where, lambda: bool(value))
+    if actual is not expected:
+        _fail(what, expected, actual, where)
+
+
+def guard_shape(value: Any, expected: tuple, what: str, where: str) -> None:
+    """Fail unless ``tuple(value.shape) == expected``."""
+    actual = _observe(what, expected, where, lambda: tuple(value.shape))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+def guard_size(value: Any, dim: int, expected: int, what: str, where: str) -> None:
+    """Fail unless ``value.size(dim) == expected``."""
+    actual = _observe(what, expected, where, lambda: value.size(dim))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+def guard_ndim(value: Any, expected: int, what: str, where: str) -> None:
+    """Fail unless ``value.dim() == expected``."""
+    actual = _observe(what, expected, where, lambda: value.dim())
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+def guard_numel(value: Any, expected: int, what: str, where: str) -> None:
+    """Fail unless ``value.numel() == expected``."""
+    actual = _observe(what, expected, where, lambda: value.numel())
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+def guard_int(value: Any, expected: int, what: str, where: str) -> None:
+    """Fail unless ``int(value) == expected``."""
+    actual = _observe(what, expected, where, lambda: int(value))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+def guard_index(value: Any, expected: int, what: str, where: str) -> None:
+    """Fail unless ``operator.index(value) == expected``."""
+    actual = _observe(what, expected, where, lambda: operator.index(value))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+def guard_float(value: Any, expected: float, what: str, where: str) -> None:
+    """Fail unless ``float(value) == expected`` (NaN matches NaN)."""
+    actual = _observe(what, expected, where, lambda: float(value))
+    if not _same(actual, expected):
+        _fail(what, expected, actual, where)
+
+
+def guard_item(value: Any, expected: Any, what: str, where: str) -> None:
+    """Fail unless ``value.item() == expected``."""
+    actual = _observe(what, expected, where, lambda: value.item())
+    if not _same(actual, expected):
+        _fail(what, expected, actual, where)
+
+
+def guard_tolist(value: Any, expected: Any, what: str, where: str) -> None:
+    """Fail unless ``value.tolist() == expected``."""
+    actual = _observe(what, expected, where, lambda: value.tolist())
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+def guard_keys(value: Any, expected: tuple, what: str, where: str) -> None:
+    """Fail unless ``tuple(value.keys()) == expected``."""
+    actual = _observe(what, expected, where, lambda: tuple(value.keys()))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+def guard_is_none(value: Any, expected: bool, what: str, where: str) -> None:
+    """Fail unless ``(value is None) == expected``."""
+    actual = value is None
+    if actual is not expected:
+        _fail(what, expected, actual, where)
+
+
+def guard_is_tensor(value: Any, expected: bool, what: str, where: str) -> None:
+    """Fail unless ``isinstance(value, torch.Tensor) == expected``."""
+    actual = isinstance(value, torch.Tensor)
+    if actual is not expected:
+        _fail(what, expected, actual, where)
+
+
+# kind of specialization -> the guard function that checks it at call time
+GUARDS: Dict[str, Callable[..., None]] = {
+    "iter": guard_len,
+    "unpack": guard_len,
+    "len": guard_len,
+    "bool": guard_truth,
+    "shape": guard_shape,
+    "size": guard_size,
+    "ndim": guard_ndim,
+    "numel": guard_numel,
+    "int": guard_int,
+    "index": guard_index,
+    "float": guard_float,
+    "item": guard_item,
+    "tolist": guard_tolist,
+    "keys": guard_keys,
+    "is_none": guard_is_none,
+    "is_tensor": guard_is_tensor,
+}
+
+for _guard in set(GUARDS.values()):
+    # Generated code names them `specfx_guard_*` and imports them from `specfx`.
+    _guard.__module__ = "specfx"
+    has_side_effect(_guard)
+
+
+@dataclasses.dataclass(frozen=True)
+class Specialization:
+    """One decision baked into a traced graph, and the guard that checks it.
+
+    ``kind`` is what was read (``"iter"``, ``"unpack"``, ``"len"``,
+    ``"bool"``, ``"shape"``, ``"size"``, ``"ndim"``, ``"numel"``, ``"int"``,
+    ``"index"``, ``"float"``, ``"item"``, ``"tolist"``, ``"keys"``,
+    ``"is_none"``, ``"is_tensor"``), ``flag`` the :class:`Specialize` flag
+    that allowed it (``Specialize.NONE`` for decisions the code itself fixes,
+    such as unpacking into two names, or ``x is None``), ``value`` the traced
+    value, ``expression`` what was read (``"len(x)"``), ``node`` the name of
+    the graph node it was read from, ``location`` the user's source line,
+    ``module`` the qualified name of the submodule being traced, ``guard`` the
+    name of the guard node (None with ``guards=False``) and ``degenerate``
+    whether it was decided on an empty container or a size-0/1 dimension.
+
+    >>> import torch, specfx
+    >>> def f(x):
+    ...     return torch.cat([*torch.chunk(x, 2)])
+    >>> (s,) = specfx.trace(f, torch.ones(4), policy=specfx.Policy(iter=True)).specializations
+    >>> s.kind, s.value, s.flag, s.guard_description
+    ('iter', 2, <Specialize.ITER_LEN: 1>, 'len(chunk) == 2')
+    """
+
+    kind: str
+    flag: Specialize
+    value: Any
+    expression: str
+    node: str
+    location: Optional[SourceLocation]
+    module: str = ""
+    guard: Optional[str] = None
+    degenerate: bool = False
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the user code that made the decision ('<unknown>' if none)."""
+        return str(self.location) if self.location else "<unknown>"
+
+    @property
+    def source(self) -> str:
+        """The user's source line that made the decision ('' if unknown)."""
+        return self.location.text if self.location else ""
+
+    @property
+    def guard_description(self) -> str:
+        """The assumption the guard checks, e.g. ``len(x) == 2``."""
+        return f"{self.expression} == {self.value!r}"

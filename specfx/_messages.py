@@ -1,0 +1,119 @@
+"""The texts of ``SpecializationError``: what happened, why, how to fix it, where.
+
+Kept apart from the tracer so that the wording, which users read and tests
+pin, lives in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ._policy import Resolved, Specialize, keyword_of
+from ._source import SourceLocation
+from .errors import SpecializationError
+
+__all__ = ["denied_error", "no_value_error", "meta_error", "short_repr"]
+
+# What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
+# code matching on FX's messages keeps working when specfx runs without examples.
+FX_MESSAGES = {
+    Specialize.BOOL: "symbolically traced variables cannot be used as inputs to control flow",
+    Specialize.ITER_LEN: (
+        "Proxy object cannot be iterated. This can be attempted when the Proxy is used "
+        "in a loop or as a *args or **kwargs function argument. See the torch.fx docs on "
+        "pytorch.org for a more detailed explanation of what types of control flow can "
+        "be traced, and check out the Proxy docstring for help troubleshooting Proxy "
+        "iteration errors"
+    ),
+    "len": (
+        "'len' is not supported in symbolic tracing by default. If you want this call "
+        "to be recorded, please call torch.fx.wrap('len') at module scope"
+    ),
+}
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr`` of a traced value, shortened for messages (tensors by shape)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "meta" and value.numel() == 1:
+            return f"tensor({value.item()!r})"
+        return f"Tensor(shape={tuple(value.shape)}, dtype={value.dtype})"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _where(location: Optional[SourceLocation]) -> str:
+    return f"\n  at {location.describe()}" if location else ""
+
+
+def denied_error(
+    operation: str,
+    flag: Specialize,
+    value: Any,
+    location: Optional[SourceLocation],
+    resolved: Resolved,
+    module_path: str,
+    extra_fix: Optional[str] = None,
+) -> SpecializationError:
+    """The error for an operation whose flag the policy in force does not grant."""
+    keyword = keyword_of(flag)
+    decider = resolved.decider(flag)
+    if decider is not None and flag in decider.policy.denied:
+        why = f"Specialize.{flag.name} is forbidden here by {decider.origin}"
+        fixes = [f"remove {keyword}=False from {decider.origin}, or keep `{operation}` out of that code"]
+    else:
+        why = f"Specialize.{flag.name} is not allowed by the policy in force"
+        fixes = [f"pass policy=Policy({keyword}=True) to specfx.trace"]
+        if location is not None and not location.filename.startswith("<"):
+            fixes.append(f"decorate {location.function} with @specialize({keyword}=True)")
+        if module_path:
+            fixes.append(
+                f"allow it in this submodule only: Policy(scopes={{{module_path!r}: Policy({keyword}=True)}})"
+            )
+    if extra_fix:
+        fixes.append(extra_fix)
+    message = (
+        f"{operation} needs a concrete value (traced value: {short_repr(value)}), but {why}.\n"
+        f"Fix: {'; or '.join(fixes)}."
+        f"{_where(location)}"
+    )
+    return SpecializationError(
+        message, operation=operation, flag=flag, value=value, location=str(location) if location else None
+    )
+
+
+def no_value_error(
+    operation: str, flag: Any, location: Optional[SourceLocation], name: str
+) -> SpecializationError:
+    """The error for an operation on a value traced without example inputs."""
+    keyword = keyword_of(flag) if isinstance(flag, Specialize) else "iter"
+    fx_message = FX_MESSAGES.get(flag, "")
+    message = (
+        f"{operation} needs a concrete value, but `{name}` was traced without example inputs, "
+        f"so it has none ({fx_message}).\n"
+        f"Fix: pass representative example inputs, e.g. specfx.trace(model, (example_input,), "
+        f"policy=Policy({keyword}=True)), so the value can be specialized and guarded."
+        f"{_where(location)}"
+    )
+    real_flag = flag if isinstance(flag, Specialize) else Specialize.ITER_LEN
+    return SpecializationError(
+        message, operation=operation, flag=real_flag, value=None, location=str(location) if location else None
+    )
+
+
+def meta_error(
+    operation: str, flag: Specialize, location: Optional[SourceLocation], name: str
+) -> SpecializationError:
+    """The error for a data-dependent decision on a tensor on the meta device."""
+    message = (
+        f"{operation} depends on tensor data, but `{name}` is on the meta device: meta tensors "
+        f"carry shapes and dtypes but no data, so there is no value to decide on.\n"
+        f"Fix: trace with real example tensors of the same shapes (e.g. torch.randn), or keep "
+        f"this decision out of the traced code (a leaf module or a torch.fx.wrap'ed function)."
+        f"{_where(location)}"
+    )
+    return SpecializationError(
+        message, operation=operation, flag=flag, value=None, location=str(location) if location else None
+    )

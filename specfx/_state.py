@@ -1,0 +1,107 @@
+"""Tracing leaves the world as it found it.
+
+Computing example values runs the model's ops for real: train-mode BatchNorm
+updates its running statistics, Dropout draws random numbers, in-place ops
+write to their inputs. ``preserved_state`` snapshots what may change (RNG
+states, ``training`` flags, buffers) and restores it afterwards, also when
+tracing fails; example inputs are cloned before they reach the model; and
+parameters are copied lazily, just before an op that may write to them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import warnings
+from typing import Any, Dict, Iterator, List, Tuple
+
+import torch
+from torch.utils import _pytree as pytree
+
+__all__ = ["StateKeeper", "clone_example", "preserved_state"]
+
+
+def _clone_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    copy = tensor.detach().clone()
+    if tensor.requires_grad:  # only float/complex tensors can require grad, so this is valid
+        copy.requires_grad_(True)
+    return copy
+
+
+def clone_example(value: Any) -> Any:
+    """A copy of an example input whose tensors can be written to freely."""
+    return pytree.tree_map_only(torch.Tensor, _clone_tensor, value)
+
+
+class StateKeeper:
+    """Remembers a module's mutable state and puts it back.
+
+    ``protect(tensor)`` is called before an op that may write to ``tensor``:
+    a parameter is copied the first time (buffers are copied up front).
+    """
+
+    def __init__(self, root: Any) -> None:
+        self._module = root if isinstance(root, torch.nn.Module) else None
+        self._rng = torch.get_rng_state()
+        self._python_rng = random.getstate()
+        self._cuda_rng = (
+            torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        )
+        self._training: List[Tuple[torch.nn.Module, bool]] = []
+        self._buffers: List[Tuple[torch.Tensor, int, torch.Tensor]] = []
+        self._params: Dict[int, Tuple[str, torch.Tensor, int]] = {}
+        self._param_copies: Dict[int, torch.Tensor] = {}
+        if self._module is not None:
+            self._training = [(m, m.training) for m in self._module.modules()]
+            for buffer in self._module.buffers():
+                if buffer.device.type != "meta":
+                    self._buffers.append((buffer, buffer._version, buffer.detach().clone()))
+            for name, param in self._module.named_parameters():
+                self._params[id(param)] = (name, param, param._version)
+
+    def protect(self, value: Any) -> None:
+        """Copy ``value`` if it is one of the module's parameters not copied yet."""
+        if not isinstance(value, torch.Tensor):
+            return
+        key = id(value)
+        if key in self._params and key not in self._param_copies and value.device.type != "meta":
+            self._param_copies[key] = value.detach().clone()
+
+    def restore(self) -> None:
+        """Put RNG states, ``training`` flags, buffers and parameters back."""
+        torch.set_rng_state(self._rng)
+        random.setstate(self._python_rng)
+        if self._cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self._cuda_rng)
+        for module, training in self._training:  # every module is listed: no recursion needed
+            module.training = training
+        with torch.no_grad():
+            for buffer, version, saved in self._buffers:
+                if buffer._version != version:
+                    buffer.copy_(saved)
+            lost = []
+            for key, (name, param, version) in self._params.items():
+                if param._version == version:
+                    continue
+                saved = self._param_copies.get(key)
+                if saved is None:
+                    lost.append(name)
+                else:
+                    param.copy_(saved)
+        if lost:
+            warnings.warn(
+                f"tracing changed parameter(s) {', '.join(lost)} in place and specfx could not undo it "
+                f"(the write happened inside an op it cannot see into); reload the state_dict",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
+@contextlib.contextmanager
+def preserved_state(root: Any) -> Iterator[StateKeeper]:
+    """Snapshot ``root``'s mutable state and the RNGs; restore them on exit."""
+    keeper = StateKeeper(root)
+    try:
+        yield keeper
+    finally:
+        keeper.restore()

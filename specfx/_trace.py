@@ -1,0 +1,275 @@
+"""``trace``: example inputs + policy in, a guarded ``torch.fx.GraphModule`` out."""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import math
+import types
+import warnings
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.fx
+from torch.fx.graph_module import _USER_PRESERVED_ATTRIBUTES_KEY
+from torch.utils import _pytree as pytree
+
+from ._guards import Specialization
+from ._policy import Policy, Specialize, parse_flags
+from ._state import clone_example, preserved_state
+from ._tracer import SpecTracer
+from .errors import GuardError, SpecializationWarning, TraceCheckError
+
+__all__ = ["trace"]
+
+PolicyLike = Union[Policy, Specialize, str, None]
+
+
+def trace(
+    root: Union[torch.nn.Module, Callable[..., Any]],
+    example_inputs: Any = None,
+    example_kwargs: Optional[Mapping[str, Any]] = None,
+    *,
+    policy: PolicyLike = None,
+    concrete_args: Optional[Dict[str, Any]] = None,
+    guards: bool = True,
+    check_inputs: Optional[Sequence[Any]] = None,
+    leaf_modules: Optional[Iterable[Any]] = None,
+    autowrap_functions: Tuple[Callable[..., Any], ...] = (),
+    autowrap_modules: Tuple[types.ModuleType, ...] = (math,),
+) -> torch.fx.GraphModule:
+    """Trace ``root`` into a ``torch.fx.GraphModule``, running the example inputs
+    alongside so that the code may iterate, branch and read shapes as far as
+    ``policy`` allows. Every value baked in is listed in ``gm.specializations``
+    and checked by a guard at call time.
+
+    ``example_inputs`` is a tuple of positional arguments (a single
+    non-tuple value is one argument) and ``example_kwargs`` a dict; both
+    ``None`` traces symbolically, like ``torch.fx.symbolic_trace``. A
+    parameter that no example gives keeps its default. ``policy`` is a
+    :class:`Policy` (or a :class:`Specialize` / string like ``"iter,bool"``).
+    ``check_inputs`` lists further inputs (tuples, single values, or dicts of
+    keyword arguments) on which the graph must pass its guards and match the
+    eager model, else :class:`TraceCheckError`. ``guards=False`` emits no
+    guards: the graph is then silently wrong on inputs that break an
+    assumption. ``concrete_args``, ``leaf_modules`` (types or qualified
+    names), ``autowrap_functions`` and ``autowrap_modules`` mean what they
+    mean for ``torch.fx``. Tracing leaves the model, the inputs and the RNG
+    state as they were.
+
+    >>> import torch, specfx
+    >>> from torch import nn
+    >>> class TestModule(nn.Module):
+    ...     def call_cat(self, *args):
+    ...         return torch.cat(args, dim=1)
+    ...     def forward(self, x):
+    ...         x = torch.split(x, 2, dim=1)
+    ...         return self.call_cat(*x)
+    >>> gm = specfx.trace(TestModule(), torch.randn(1, 4, 10, 10), policy=specfx.Policy(iter=True))
+    >>> gm(torch.randn(3, 4, 5, 5)).shape
+    torch.Size([3, 4, 5, 5])
+    >>> [s.guard_description for s in gm.specializations]
+    ['len(split) == 2']
+    """
+    policy = _as_policy(policy)
+    if not isinstance(guards, bool):
+        raise TypeError(f"guards= takes True or False; got {guards!r}")
+    if not (isinstance(root, torch.nn.Module) or callable(root)):
+        raise TypeError(f"trace() takes an nn.Module or a function; got {type(root).__name__}")
+    leaf_modules = _check_leaf_modules(leaf_modules)
+    if isinstance(root, torch.nn.Module):
+        _warn_unmatched_scopes(policy, root)
+    tracer = SpecTracer(autowrap_modules, tuple(autowrap_functions), policy=policy,
+                        leaf_modules=leaf_modules, guards=guards)
+    examples = bind_examples(root, example_inputs, example_kwargs, concrete_args)
+    with preserved_state(root) as keeper:
+        tracer.protect = keeper.protect
+        tracer.set_examples(None if examples is None else clone_example(examples))
+        graph = tracer.trace(root, concrete_args)
+    name = type(root).__name__ if isinstance(root, torch.nn.Module) else getattr(root, "__name__", "function")
+    gm = torch.fx.GraphModule(tracer.root, graph, name)
+    attach(gm, tracer.specializations, policy)
+    _warn_degenerate(tracer.specializations)
+    if check_inputs is not None:
+        check(gm, root, check_inputs)
+    return gm
+
+
+def attach(gm: torch.fx.GraphModule, specializations: Sequence[Specialization], policy: Policy) -> None:
+    """Store the records on ``gm`` so they survive deepcopy and pickling."""
+    gm.specializations = list(specializations)
+    gm.specfx_policy = policy
+    preserved = gm.meta.setdefault(_USER_PRESERVED_ATTRIBUTES_KEY, {})
+    preserved["specializations"] = gm.specializations
+    preserved["specfx_policy"] = policy
+
+
+def _as_policy(policy: PolicyLike) -> Policy:
+    if policy is None:
+        return Policy()
+    if isinstance(policy, Policy):
+        return policy
+    if isinstance(policy, (Specialize, str)):
+        return Policy(parse_flags(policy))
+    raise TypeError(
+        f"policy= takes a specfx.Policy, a specfx.Specialize or a string like 'iter,bool'; "
+        f"got {type(policy).__name__}"
+    )
+
+
+def _check_leaf_modules(leaf_modules: Optional[Iterable[Any]]) -> Tuple[Any, ...]:
+    if leaf_modules is None:
+        return ()
+    if isinstance(leaf_modules, (str, type)):
+        leaf_modules = (leaf_modules,)
+    checked = tuple(leaf_modules)
+    for item in checked:
+        if not (isinstance(item, str) or (isinstance(item, type) and issubclass(item, torch.nn.Module))):
+            raise TypeError(
+                f"leaf_modules= takes nn.Module subclasses or qualified module names; got {item!r}"
+            )
+    return checked
+
+
+def _warn_unmatched_scopes(policy: Policy, root: torch.nn.Module) -> None:
+    if not policy.scopes:
+        return
+    names = [name for name, _ in root.named_modules() if name]
+    for pattern in policy.scopes:
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+            warnings.warn(
+                f"Policy scopes pattern {pattern!r} matches no submodule of {type(root).__name__}; "
+                f"qualified names look like {', '.join(repr(n) for n in names[:4]) or '(none)'}",
+                UserWarning,
+                stacklevel=3,
+            )
+
+
+def _signature_target(root: Any) -> Callable[..., Any]:
+    if isinstance(root, torch.nn.Module):
+        return inspect.unwrap(type(root).forward)
+    return inspect.unwrap(root)
+
+
+def bind_examples(
+    root: Any, example_inputs: Any, example_kwargs: Optional[Mapping[str, Any]], concrete_args: Any
+) -> Optional[Dict[str, Any]]:
+    """Map example inputs onto the placeholder names torch.fx will create
+    (``*args`` becomes ``"*args"``); ``None`` when there are no examples."""
+    if example_inputs is None and example_kwargs is None:
+        return None
+    if example_kwargs is not None and not isinstance(example_kwargs, Mapping):
+        raise TypeError(f"example_kwargs= takes a dict of keyword arguments; got {type(example_kwargs).__name__}")
+    positional = example_inputs if isinstance(example_inputs, tuple) else (
+        () if example_inputs is None else (example_inputs,)
+    )
+    fn = _signature_target(root)
+    signature = inspect.signature(fn)
+    owner = f"{type(root).__name__}.forward" if isinstance(root, torch.nn.Module) else getattr(fn, "__qualname__", "fn")
+    leading = (root,) if isinstance(root, torch.nn.Module) else ()
+    try:
+        bound = signature.bind(*leading, *positional, **dict(example_kwargs or {}))
+    except TypeError as error:
+        shown = str(signature).replace("(self, ", "(").replace("(self)", "()")
+        raise TypeError(
+            f"the example inputs do not fit {owner}{shown}: {error}. Pass example_inputs as a "
+            f"tuple of positional arguments and example_kwargs as a dict"
+        ) from None
+    examples: Dict[str, Any] = {}
+    parameters = list(signature.parameters.values())[len(leading):]
+    for parameter in parameters:
+        if parameter.name not in bound.arguments:
+            continue
+        value = bound.arguments[parameter.name]
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            examples["*" + parameter.name] = tuple(value)
+        elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            examples["**" + parameter.name] = dict(value)
+        else:
+            examples[parameter.name] = value
+    if concrete_args:
+        clash = sorted(set(concrete_args) & {k.lstrip("*") for k in examples})
+        if clash:
+            raise TypeError(
+                f"{', '.join(clash)} given both as example input and in concrete_args; "
+                f"give each parameter one way (concrete_args bakes the value in, an example keeps it an input)"
+            )
+    return examples
+
+
+# -- check_inputs ------------------------------------------------------------------------
+
+
+def _as_call(entry: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    if isinstance(entry, tuple):
+        return entry, {}
+    if isinstance(entry, dict):
+        return (), dict(entry)
+    return (entry,), {}
+
+
+def check(gm: torch.fx.GraphModule, root: Any, check_inputs: Sequence[Any]) -> None:
+    """Run eager and traced on each input; raise :class:`TraceCheckError` on a
+    guard failure or a differing output, naming the input's index."""
+    if isinstance(check_inputs, (torch.Tensor, dict)) or not isinstance(check_inputs, Sequence):
+        raise TypeError("check_inputs= takes a list of inputs, e.g. [(x1,), (x2,)]")
+    for index, entry in enumerate(check_inputs):
+        args, kwargs = _as_call(entry)
+        with preserved_state(root), torch.random.fork_rng(devices=[]):
+            rng = torch.get_rng_state()
+            try:
+                expected = root(*clone_example(args), **clone_example(kwargs))
+            except Exception as error:
+                raise TraceCheckError(
+                    f"check_inputs[{index}]: the eager model itself raised {type(error).__name__}: {error}",
+                    index=index,
+                ) from error
+            torch.set_rng_state(rng)
+            try:
+                actual = gm(*clone_example(args), **clone_example(kwargs))
+            except GuardError as error:
+                raise TraceCheckError(
+                    f"check_inputs[{index}]: a guard failed, so the graph does not cover this input:\n{error}",
+                    index=index,
+                ) from error
+        problem = compare_outputs(expected, actual)
+        if problem:
+            raise TraceCheckError(
+                f"check_inputs[{index}]: the traced graph's output differs from the eager model's: {problem}",
+                index=index,
+            )
+
+
+def compare_outputs(expected: Any, actual: Any) -> Optional[str]:
+    """A description of the first difference between two outputs, or None."""
+    expected_leaves, expected_spec = pytree.tree_flatten(expected)
+    actual_leaves, actual_spec = pytree.tree_flatten(actual)
+    if expected_spec != actual_spec:
+        return f"structure {actual_spec} instead of {expected_spec}"
+    for position, (want, got) in enumerate(zip(expected_leaves, actual_leaves)):
+        if isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor):
+            if want.shape != got.shape or want.dtype != got.dtype:
+                return (f"output leaf {position}: shape/dtype {tuple(got.shape)}/{got.dtype} "
+                        f"instead of {tuple(want.shape)}/{want.dtype}")
+            try:
+                torch.testing.assert_close(got, want, equal_nan=True)
+            except AssertionError as error:
+                return f"output leaf {position}: {str(error).strip().splitlines()[0]}"
+        elif type(want) is not type(got) or want != got:
+            return f"output leaf {position}: {got!r} instead of {want!r}"
+    return None
+
+
+def _warn_degenerate(specializations: Sequence[Specialization]) -> None:
+    degenerate = [s for s in specializations if s.degenerate]
+    if not degenerate:
+        return
+    lines = "\n".join(f"  {s.guard_description} at {s.where}" for s in degenerate[:5])
+    more = f"\n  ... and {len(degenerate) - 5} more" if len(degenerate) > 5 else ""
+    warnings.warn(
+        f"{len(degenerate)} specialization(s) were decided on an empty container, a length of "
+        f"0 or 1 or a size-0/1 dimension; the example inputs may not be representative "
+        f"(the guards reject inputs that differ):\n{lines}{more}",
+        SpecializationWarning,
+        stacklevel=3,
+    )

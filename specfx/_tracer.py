@@ -1,0 +1,576 @@
+"""``SpecTracer``: a ``torch.fx.Tracer`` whose proxies carry example values.
+
+Each node's concrete value is computed alongside the graph by running the op
+on the concrete values of its inputs. Value-demanding dunders arrive here
+(``resolve_*``); the tracer asks the policy in force (its base policy, the
+``scopes`` of the submodules being traced and ``@specialize`` annotations)
+and either bakes the value in, recording a :class:`Specialization` and
+emitting a guard node, or raises :class:`SpecializationError`.
+
+Without example inputs nothing carries a value and the tracer records the
+same graph ``torch.fx.symbolic_trace`` does.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dis
+import math
+import operator
+import threading
+import types
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple
+
+import torch
+import torch.fx
+from torch.fx import _symbolic_trace
+from torch.fx.node import Node, map_aggregate
+from torch.fx.proxy import Proxy
+
+from . import _messages
+from ._guards import GUARDS, Specialization
+from ._policy import Layer, Policy, Resolved, Specialize, resolve
+from ._scope import annotations_active, current_layers, fresh_layers, push_layer, reset_layers
+from ._source import SourceLocation, is_user_file, user_location
+from ._values import MISSING, SCALAR_METHODS, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, value_of
+
+try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch version lacks it
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+except ImportError:  # pragma: no cover - depends on the torch version
+    _extract_tensor_metadata = None
+
+__all__ = ["SpecTracer"]
+
+# torch.fx patches torch.nn.Module globally while it traces, so traces are
+# serialized; code in other threads keeps running eagerly (see `_is_tracing`).
+_TRACE_LOCK = threading.RLock()
+_ACTIVE_TRACER: contextvars.ContextVar[Optional["SpecTracer"]] = contextvars.ContextVar(
+    "specfx_active_tracer", default=None
+)
+
+_VIEW_METHODS = frozenset({"keys", "values", "items"})
+_INPLACE_FUNCTIONS = frozenset(
+    {operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+     operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
+     operator.ilshift, operator.irshift, operator.imatmul}
+)
+
+
+def _instruction_at(frame: types.FrameType) -> Optional[dis.Instruction]:
+    """The instruction the frame is executing (e.g. ``UNPACK_SEQUENCE``), cached per code object."""
+    code = frame.f_code
+    table = _INSTRUCTIONS.get(code)
+    if table is None:
+        table = _INSTRUCTIONS[code] = {inst.offset: inst for inst in dis.get_instructions(code)}
+    return table.get(frame.f_lasti)
+
+
+_INSTRUCTIONS: Dict[types.CodeType, Dict[int, dis.Instruction]] = {}
+
+
+def _is_meta(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == "meta"
+
+
+class SpecTracer(torch.fx.Tracer):
+    """A value-carrying ``torch.fx.Tracer``; use :func:`specfx.trace` to drive it.
+
+    Constructed with no arguments it behaves like ``torch.fx.Tracer`` (this is
+    what unpickling a GraphModule does). ``policy``, ``leaf_modules`` and
+    ``guards`` are keyword-only extras; example values are given to
+    :meth:`set_examples` before :meth:`trace`.
+
+    >>> import torch, specfx
+    >>> graph = specfx.SpecTracer().trace(torch.nn.ReLU())
+    >>> [n.op for n in graph.nodes]
+    ['placeholder', 'call_module', 'output']
+    """
+
+    def __init__(
+        self,
+        autowrap_modules: Tuple[types.ModuleType, ...] = (math,),
+        autowrap_functions: Tuple[Callable[..., Any], ...] = (),
+        param_shapes_constant: bool = False,
+        *,
+        policy: Optional[Policy] = None,
+        leaf_modules: Optional[Iterable[Any]] = None,
+        guards: bool = True,
+    ) -> None:
+        super().__init__(autowrap_modules, autowrap_functions, param_shapes_constant)
+        policy = policy if policy is not None else Policy()
+        if param_shapes_constant:
+            policy = policy | Policy(param_shapes_constant=True)
+        self.policy = policy
+        self.guards = guards
+        self._leaf_types = tuple(m for m in (leaf_modules or ()) if isinstance(m, type))
+        self._leaf_names = frozenset(m for m in (leaf_modules or ()) if isinstance(m, str))
+        self.examples: Optional[Dict[str, Any]] = None
+        self.specializations: list[Specialization] = []
+        self.protect: Callable[[Any], None] = lambda value: None
+        self._decided: set[Tuple[Any, ...]] = set()
+        self._module_path: list[str] = []
+        self._evaluating = 0
+        self._param_names: Optional[Dict[int, str]] = None
+        self._base_layer = Layer(self.policy, f"trace(policy={self.policy!r})")
+
+    def set_examples(self, examples: Optional[Dict[str, Any]]) -> None:
+        """Give the example value of each placeholder by name (``*args``/``**kwargs``
+        under ``"*name"``/``"**name"``); ``None`` traces symbolically."""
+        self.examples = examples
+
+    # -- driving the trace -------------------------------------------------------------
+
+    def trace(self, root: Any, concrete_args: Optional[Dict[str, Any]] = None) -> torch.fx.Graph:
+        """Trace ``root`` as ``torch.fx.Tracer.trace`` does, with this tracer's values and policy."""
+        with _TRACE_LOCK:
+            active = _ACTIVE_TRACER.set(self)
+            annotations = annotations_active().set(self.policy.annotations)
+            token = fresh_layers()
+            try:
+                return super().trace(root, concrete_args)
+            finally:
+                reset_layers(token)
+                annotations_active().reset(annotations)
+                _ACTIVE_TRACER.reset(active)
+
+    def _is_tracing(self) -> bool:
+        # False in other threads (FX's patches are global) and while evaluating values.
+        return self._evaluating == 0 and _ACTIVE_TRACER.get() is self
+
+    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+        """Called for each submodule call: leaf modules become ``call_module`` nodes
+        (``leaf_modules`` types or qualified names, plus torch.fx's defaults)."""
+        if self._leaf_types and isinstance(m, self._leaf_types):
+            return True
+        if module_qualified_name in self._leaf_names:
+            return True
+        return super().is_leaf_module(m, module_qualified_name)
+
+    def call_module(
+        self, m: torch.nn.Module, forward: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> Any:
+        """Called for each submodule call: pushes the ``scopes`` policy that
+        matches the submodule's qualified name while it is traced."""
+        if not self._is_tracing():
+            return forward(*args, **kwargs)
+        qualname = self.path_of_module(m)
+        match = self.policy.scope_match(qualname)
+        token = (
+            push_layer(Layer(match[1], f"scopes[{match[0]!r}] (module {qualname})")) if match else None
+        )
+        self._module_path.append(qualname)
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        finally:
+            self._module_path.pop()
+            if token is not None:
+                reset_layers(token)
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: Dict[str, Any]) -> Any:
+        """Called for module attribute reads: parameters become ``get_attr``
+        proxies carrying the parameter (buffers stay tensors, as in torch.fx)."""
+        if not self._is_tracing():
+            return attr_val
+        if isinstance(attr_val, torch.nn.Parameter):
+            if self._param_names is None:
+                self._param_names = {id(p): n for n, p in self.root.named_parameters()}
+            name = self._param_names.get(id(attr_val))
+            if name is not None:
+                proxy = parameter_proxy_cache.get(name)
+                if proxy is None:
+                    proxy = parameter_proxy_cache[name] = self.create_proxy("get_attr", name, (), {})
+                return proxy
+            return attr_val
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
+
+    def proxy(self, node: Node) -> ValueProxy:
+        """Called to wrap each new node: specfx proxies carry values."""
+        return ValueProxy(node, self)
+
+    def create_arg(self, a: Any) -> Any:
+        """Called to turn arguments into graph arguments; a proxy is its node
+        (checked first: a proxy answers ``isinstance`` as its value does)."""
+        if isinstance(a, Proxy):
+            return a.node
+        return super().create_arg(a)
+
+    def create_args_for_root(self, root_fn: Callable[..., Any], is_module: bool, concrete_args: Any = None) -> Any:
+        """Called once to make the placeholders; an example that is ``None``
+        is passed to the code as ``None`` (so ``x is None`` answers truly) and guarded."""
+        fn, args = super().create_args_for_root(root_fn, is_module, concrete_args)
+        if self.examples is None:
+            return fn, args
+        code = getattr(root_fn, "__code__", None)
+        where = SourceLocation(code.co_filename, code.co_firstlineno, code.co_name) if code else None
+        new_args = []
+        for arg in args:
+            if type(arg) is ValueProxy and arg.node.op == "placeholder" and value_of(arg) is None:
+                self._decide(arg, "is_none", Specialize.NONE, True, f"{arg.node.name} is None",
+                             (True,), operation=f"`{arg.node.name}`", location=where)
+                arg = None
+            new_args.append(arg)
+        return fn, new_args
+
+    # -- values ----------------------------------------------------------------------------
+
+    def create_proxy(
+        self,
+        kind: str,
+        target: Any,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        name: Optional[str] = None,
+        type_expr: Optional[Any] = None,
+        proxy_factory_fn: Optional[Callable[[Node], Proxy]] = None,
+    ) -> Proxy:
+        """Called for every new node: computes the node's concrete value first
+        (so a failing op leaves no node behind) and attaches it to the proxy."""
+        value = self._evaluate(kind, target, args, kwargs)
+        proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
+        if value is MISSING or type(proxy) is not ValueProxy:
+            return proxy
+        state = proxy.__dict__
+        state["_specfx_value"] = value
+        shape_read = (kind == "call_method" and target in SHAPE_METHODS) or (
+            target is getattr and len(args) > 1 and args[1] in SHAPE_ATTRIBUTES
+        )
+        inputs = [a for a in _proxies_in(args, kwargs)]
+        derived = kind in ("call_function", "call_method") and bool(inputs) and all(
+            a.__dict__.get("_specfx_shape", False) for a in inputs
+        )
+        if shape_read or derived:
+            state["_specfx_shape"] = True
+            reads_size = (kind == "call_method" and target in ("size", "numel", "nelement") and (
+                target != "size" or len(args) > 1 or kwargs)) or (
+                target is operator.getitem and isinstance(value_of(args[0]), torch.Size))
+            if (reads_size and type(value) is int and value in (0, 1)) or any(
+                a.__dict__.get("_specfx_degenerate", False) for a in inputs
+            ):
+                state["_specfx_degenerate"] = True
+        if kind == "call_method" and target in _VIEW_METHODS and isinstance(value_of(args[0]), dict):
+            state["_specfx_mapping"] = args[0]
+        meta = _tensor_meta(value)
+        if meta is not None:
+            proxy.node.meta["tensor_meta"] = meta
+        proxy.node.meta["type"] = type(value)
+        return proxy
+
+    def _evaluate(self, kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        if kind == "placeholder":
+            if self.examples is None:
+                return MISSING
+            if target in self.examples:
+                return self.examples[target]
+            return args[0] if args else MISSING
+        if kind == "output":
+            return MISSING
+        missing = False
+
+        def concrete(a: Any) -> Any:
+            nonlocal missing
+            if isinstance(a, Proxy):
+                value = value_of(a)
+                if value is MISSING:
+                    missing = True
+                return value
+            return a
+
+        values = map_aggregate(args, concrete)
+        kw_values = map_aggregate(kwargs, concrete)
+        if missing:
+            return MISSING
+        self._evaluating += 1
+        fx_flag = _symbolic_trace._is_fx_tracing_flag
+        _symbolic_trace._is_fx_tracing_flag = False  # leaves that ask "am I traced?" run as in eager
+        try:
+            if kind == "get_attr":
+                return operator.attrgetter(target)(self.root)
+            if kind == "call_function":
+                if target in _INPLACE_FUNCTIONS or getattr(target, "__name__", "").endswith("_"):
+                    self.protect(values[0] if values else None)
+                return target(*values, **kw_values)
+            if kind == "call_method":
+                if target.endswith("_") and not target.startswith("_"):
+                    self.protect(values[0])
+                return getattr(values[0], target)(*values[1:], **kw_values)
+            if kind == "call_module":
+                module = self.root.get_submodule(target)
+                if not (type(module).__module__.startswith(("torch.nn", "torch.ao.nn"))):
+                    # user-defined leaves may mutate their own parameters
+                    for param in module.parameters():
+                        self.protect(param)
+                return module(*values, **kw_values)
+            raise ValueError(f"unknown node kind {kind!r}")
+        except Exception as error:
+            _add_note(error, f"(raised while specfx computed the example value of a `{_describe_target(kind, target)}` call)")
+            raise
+        finally:
+            _symbolic_trace._is_fx_tracing_flag = fx_flag
+            self._evaluating -= 1
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def _resolved(self) -> Resolved:
+        return resolve((self._base_layer,) + current_layers())
+
+    def _decide(
+        self,
+        proxy: ValueProxy,
+        kind: str,
+        flag: Specialize,
+        value: Any,
+        expression: str,
+        guard_args: Tuple[Any, ...],
+        *,
+        operation: str,
+        allowed_by_params: bool = False,
+        needs_data: bool = False,
+        dedupe: Optional[Tuple[Any, ...]] = None,
+        location: Optional[SourceLocation] = None,
+        extra_fix: Optional[str] = None,
+    ) -> None:
+        """Check ``flag`` against the policy in force, then record the
+        specialization and emit its guard (once per node and property)."""
+        if location is None:
+            location = user_location(2)
+        if flag is not Specialize.NONE and not allowed_by_params:
+            resolved = self._resolved()
+            if flag not in resolved.flags:
+                raise _messages.denied_error(
+                    operation, flag, value, location, resolved, self._current_module(), extra_fix
+                )
+        if needs_data and _is_meta(value_of(proxy)):
+            raise _messages.meta_error(operation, flag, location, proxy.node.name)
+        key = dedupe if dedupe is not None else (proxy.node, kind, guard_args[:-1])
+        if key in self._decided:
+            return
+        self._decided.add(key)
+        guard_name = None
+        if self.guards:
+            where = location.describe() if location else "<unknown location>"
+            node = self.create_node(
+                "call_function", GUARDS[kind], (proxy.node, *guard_args, expression, where), {}
+            )
+            node.meta["is_wrapped"] = True  # generated code re-wraps it, so retracing keeps it a call
+            guard_name = node.name
+        self.specializations.append(
+            Specialization(
+                kind=kind,
+                flag=Specialize.NONE if allowed_by_params and flag not in self._resolved().flags else flag,
+                value=value,
+                expression=expression,
+                node=proxy.node.name,
+                location=location,
+                module=self._current_module(),
+                guard=guard_name,
+                degenerate=bool(proxy.__dict__.get("_specfx_degenerate", False)) or (
+                    kind in ("iter", "len", "keys") and value in (0, 1) or
+                    kind in ("iter", "keys") and not value
+                ),
+            )
+        )
+
+    def _current_module(self) -> str:
+        return self._module_path[-1] if self._module_path else ""
+
+    def _require_value(self, proxy: ValueProxy, operation: str, flag: Any) -> Any:
+        value = value_of(proxy)
+        if value is MISSING:
+            raise _messages.no_value_error(operation, flag, user_location(3), proxy.node.name)
+        return value
+
+    def resolve_bool(self, proxy: ValueProxy) -> bool:
+        """Called for ``bool(proxy)`` (``if``, ``while``, ``and``/``or``/``not``, ``assert``)."""
+        operation = f"bool() of `{_name(proxy)}`"
+        value = self._require_value(proxy, operation, Specialize.BOOL)
+        truth = None if _is_meta(value) else bool(value)
+        self._decide(proxy, "bool", Specialize.BOOL, truth, f"bool({_name(proxy)})", (truth,),
+                     operation=operation, needs_data=isinstance(value, torch.Tensor),
+                     extra_fix=_config_fix(proxy, value))
+        return bool(truth)
+
+    def resolve_len(self, proxy: ValueProxy) -> int:
+        """Called for ``len(proxy)``."""
+        operation = f"len() of `{_name(proxy)}`"
+        value = self._require_value(proxy, operation, "len")
+        length = len(value)
+        self._decide(proxy, "len", Specialize.ITER_LEN, length, f"len({_name(proxy)})", (length,),
+                     operation=operation, dedupe=(proxy.node, "length"))
+        return length
+
+    def resolve_iter(self, proxy: ValueProxy, frame: types.FrameType) -> Iterator[Any]:
+        """Called for ``iter(proxy)``: loops, unpacking, ``*proxy``, ``tuple(proxy)``."""
+        instruction = _instruction_at(frame)
+        unpacking = instruction is not None and instruction.opname == "UNPACK_SEQUENCE"
+        value = value_of(proxy)
+        if value is MISSING:
+            if unpacking:  # what torch.fx does: the code fixes the count
+                return (proxy[i] for i in range(instruction.argval))
+            raise _messages.no_value_error(f"iterating over `{_name(proxy)}`", Specialize.ITER_LEN,
+                                           user_location(2), proxy.node.name)
+        mapping = proxy.__dict__.get("_specfx_mapping")
+        if isinstance(value, dict) or mapping is not None:
+            return self._iterate_mapping(proxy, value, mapping)
+        length = len(value)
+        # `a, b = t` is fixed by the code itself (eager raises on another length): always allowed.
+        kind, flag = ("unpack", Specialize.NONE) if unpacking else ("iter", Specialize.ITER_LEN)
+        self._decide(proxy, kind, flag, length, f"len({_name(proxy)})", (length,),
+                     operation=f"iterating over `{_name(proxy)}` (a loop, *{_name(proxy)}, tuple() or list())",
+                     dedupe=(proxy.node, "length"))
+        return (proxy[i] for i in range(length))
+
+    def _iterate_mapping(self, proxy: ValueProxy, value: Any, mapping: Optional[ValueProxy]) -> Iterator[Any]:
+        source = mapping if mapping is not None else proxy
+        keys = tuple(value_of(source).keys())
+        self._decide(source, "keys", Specialize.ITER_LEN, keys, f"keys of {_name(source)}", (keys,),
+                     operation=f"iterating over `{_name(proxy)}` (its keys)", dedupe=(source.node, "keys"))
+        view = proxy.node.target if mapping is not None else "keys"
+        if view == "values":
+            return (source[k] for k in keys)
+        if view == "items":
+            return ((k, source[k]) for k in keys)
+        return iter(keys)
+
+    def resolve_number(self, proxy: ValueProxy, conversion: str) -> Any:
+        """Called for ``int(proxy)``, ``float(proxy)`` and ``operator.index(proxy)``
+        (``range(n)``, list indexing): SHAPES for values computed from shapes, else SCALARS."""
+        operation = f"{'operator.index' if conversion == 'index' else conversion}() of `{_name(proxy)}`"
+        from_shapes = bool(proxy.__dict__.get("_specfx_shape", False))
+        flag = Specialize.SHAPES if from_shapes else Specialize.SCALARS
+        value = self._require_value(proxy, operation, flag)
+        number = None if _is_meta(value) else {"int": int, "float": float, "index": operator.index}[conversion](value)
+        self._decide(proxy, conversion, flag, number, f"{conversion}({_name(proxy)})", (number,),
+                     operation=operation, needs_data=isinstance(value, torch.Tensor),
+                     extra_fix=_config_fix(proxy, value))
+        return number
+
+    def resolve_contains(self, proxy: ValueProxy, item: Any) -> bool:
+        """Called for ``item in proxy``: recorded as ``operator.contains`` and decided as a BOOL."""
+        self._require_value(proxy, f"`... in {_name(proxy)}`", Specialize.BOOL)
+        return self.resolve_bool(self.create_proxy("call_function", operator.contains, (proxy, item), {}))
+
+    def record_setitem(self, proxy: ValueProxy, index: Any, value: Any) -> None:
+        """Called for ``proxy[index] = value``: an ``operator.setitem`` node (applied to the value too)."""
+        self.create_proxy("call_function", operator.setitem, (proxy, index, value), {})
+
+    def getitem(self, proxy: ValueProxy, index: Any) -> Any:
+        """Called for ``proxy[index]``; an element that is ``None`` is returned as ``None`` (guarded)."""
+        result = self.create_proxy("call_function", operator.getitem, (proxy, index), {})
+        if value_of(result) is None and type(result) is ValueProxy:
+            self._decide(result, "is_none", Specialize.NONE, True, f"{_name(result)} is None", (True,),
+                         operation=f"`{_name(result)}`")
+            return None
+        return result
+
+    def read_shape_attribute(self, proxy: ValueProxy, name: str, attribute: Any) -> Any:
+        """Called for ``proxy.shape`` / ``proxy.ndim``: ints under SHAPES, else a symbolic node."""
+        if not self._shapes_allowed(proxy):
+            from ._values import ValueAttribute
+
+            return ValueAttribute(proxy, name, attribute)
+        if name == "shape":
+            self._decide_shape(proxy, "shape", tuple(attribute), f"{_name(proxy)}.shape", (tuple(attribute),))
+        else:
+            self._decide_shape(proxy, "ndim", attribute, f"{_name(proxy)}.ndim", (attribute,))
+        return attribute
+
+    def call_method(self, root: ValueProxy, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """Called for ``proxy.name(...)``: shape methods under SHAPES and
+        ``.item()``/``.tolist()`` under SCALARS return Python values; all else is a node."""
+        value = value_of(root)
+        if isinstance(value, torch.Tensor) and not any(True for _ in _proxies_in(args, kwargs)):
+            if name in SHAPE_METHODS and self._shapes_allowed(root):
+                result = getattr(value, name)(*args, **kwargs)
+                dims = args or tuple(kwargs.values())
+                if name == "size" and dims:
+                    self._decide_shape(root, "size", result, f"{_name(root)}.size({dims[0]})", (dims[0], result))
+                elif name == "size":
+                    self._decide_shape(root, "shape", tuple(result), f"{_name(root)}.shape", (tuple(result),))
+                elif name == "dim":
+                    self._decide_shape(root, "ndim", result, f"{_name(root)}.ndim", (result,))
+                else:
+                    self._decide_shape(root, "numel", result, f"{_name(root)}.numel()", (result,))
+                return result
+            if name in SCALAR_METHODS and Specialize.SCALARS in self._resolved().flags:
+                result = None if _is_meta(value) else getattr(value, name)(*args, **kwargs)
+                self._decide(root, name, Specialize.SCALARS, result, f"{_name(root)}.{name}()", (result,),
+                             operation=f"`{_name(root)}.{name}()`", needs_data=True)
+                return result
+        return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
+
+    def _shapes_allowed(self, proxy: ValueProxy) -> bool:
+        if Specialize.SHAPES in self._resolved().flags:
+            return True
+        return self._resolved().param_shapes_constant and _is_parameter_node(proxy)
+
+    def _decide_shape(self, proxy: ValueProxy, kind: str, value: Any, expression: str, guard_args: Tuple[Any, ...]) -> None:
+        self._decide(proxy, kind, Specialize.SHAPES, value, expression, guard_args,
+                     operation=f"`{expression}`", allowed_by_params=_is_parameter_node(proxy),
+                     location=user_location(3))
+
+    def note_type_read(self, proxy: ValueProxy, frame: types.FrameType) -> None:
+        """Called when user code asks ``isinstance`` of an input: guard that it stays a tensor."""
+        if (proxy.node, "is_tensor") in self._decided or not is_user_file(frame.f_code.co_filename):
+            return
+        location = SourceLocation(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+        self._decide(proxy, "is_tensor", Specialize.NONE, True, f"isinstance({_name(proxy)}, Tensor)",
+                     (True,), operation=f"isinstance() of `{_name(proxy)}`",
+                     dedupe=(proxy.node, "is_tensor"), location=location)
+
+
+def _proxies_in(args: Sequence[Any], kwargs: Dict[str, Any]) -> Iterator[ValueProxy]:
+    found: list[ValueProxy] = []
+
+    def collect(a: Any) -> Any:
+        if type(a) is ValueProxy or isinstance(a, ValueProxy):
+            found.append(a)
+        return a
+
+    map_aggregate((tuple(args), kwargs), collect)
+    return iter(found)
+
+
+def _name(proxy: ValueProxy) -> str:
+    node = proxy.node if type(proxy) is ValueProxy else None
+    if node is None:
+        return f"{_name(proxy.root)}.{proxy.attr}"  # an attribute not yet materialized
+    return node.target if node.op == "get_attr" else node.name
+
+
+def _is_parameter_node(proxy: ValueProxy) -> bool:
+    return type(proxy) is ValueProxy and proxy.node.op == "get_attr" and isinstance(
+        value_of(proxy), torch.nn.Parameter
+    )
+
+
+def _config_fix(proxy: ValueProxy, value: Any) -> Optional[str]:
+    if type(proxy) is ValueProxy and proxy.node.op == "placeholder" and not isinstance(value, torch.Tensor):
+        return f"or bake the input in with concrete_args={{{proxy.node.target!r}: {value!r}}}"
+    return None
+
+
+def _describe_target(kind: str, target: Any) -> str:
+    if isinstance(target, str):
+        return target
+    return getattr(target, "__qualname__", getattr(target, "__name__", repr(target)))
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    if hasattr(error, "add_note"):  # Python >= 3.11
+        error.add_note(note)
+
+
+def _tensor_meta(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return _metadata(value)
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(_metadata(v) for v in value) if type(value) in (tuple, list) else tuple(
+            _metadata(v) for v in value
+        )
+    return None
+
+
+def _metadata(tensor: torch.Tensor) -> Any:
+    if _extract_tensor_metadata is None:  # pragma: no cover - depends on the torch version
+        return {"shape": tensor.shape, "dtype": tensor.dtype}
+    return _extract_tensor_metadata(tensor)

@@ -1,0 +1,132 @@
+"""The value-carrying proxy: an FX ``Proxy`` that also holds the concrete
+value its node computed on the example inputs.
+
+Every dunder that needs a value (``__bool__``, ``__iter__``, ``__len__``,
+``__int__``...) is handed to the tracer, which asks the policy in force and
+either answers from the value (recording the decision and emitting a guard)
+or raises ``SpecializationError``. The proxy keeps its own state in
+``__dict__`` under ``_specfx_*`` names: anything else would shadow a tensor
+attribute of the same name (``x.value`` must still mean the tensor's).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+from torch.fx.proxy import Attribute, Proxy
+
+if TYPE_CHECKING:
+    from ._tracer import SpecTracer
+
+__all__ = ["MISSING", "ValueProxy", "ValueAttribute", "value_of"]
+
+
+class _Missing:
+    """The value of a proxy traced without example inputs."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<no example value>"
+
+    def __reduce__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+# Tensor attributes/methods that read shapes (SHAPES) or data (SCALARS).
+SHAPE_ATTRIBUTES = frozenset({"shape", "ndim"})
+SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement"})
+SCALAR_METHODS = frozenset({"item", "tolist"})
+
+
+def value_of(proxy: Proxy) -> Any:
+    """The concrete value carried by ``proxy`` (``MISSING`` if it has none)."""
+    return proxy.__dict__.get("_specfx_value", MISSING)
+
+
+class ValueProxy(Proxy):
+    """A ``torch.fx.Proxy`` that carries the concrete example value of its node.
+
+    Created by the specfx tracer; user code sees it wherever ``symbolic_trace``
+    would hand it a ``Proxy``. ``isinstance(p, torch.Tensor)`` answers as the
+    carried value does.
+    """
+
+    tracer: "SpecTracer"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_specfx"):
+            raise AttributeError(name)
+        value = value_of(self)
+        if value is MISSING:
+            return ValueAttribute(self, name, MISSING)
+        try:
+            attribute = getattr(value, name)
+        except AttributeError:
+            raise AttributeError(
+                f"{type(value).__name__!r} object has no attribute {name!r} "
+                f"(the traced value of `{self.node.name}`)"
+            ) from None
+        if name in SHAPE_ATTRIBUTES and isinstance(value, torch.Tensor):
+            return self.tracer.read_shape_attribute(self, name, attribute)
+        return ValueAttribute(self, name, attribute)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # noqa: D105 - isinstance() answers as the value does
+        value = self.__dict__.get("_specfx_value", MISSING)
+        if value is MISSING:
+            return type(self)
+        tracer = self.__dict__.get("tracer")
+        if (
+            tracer is not None
+            and type(self) is ValueProxy
+            and self.node.op == "placeholder"
+            and isinstance(value, torch.Tensor)
+        ):
+            tracer.note_type_read(self, sys._getframe(1))
+        return type(value)
+
+    # -- value-demanding dunders: the tracer decides ---------------------------------
+
+    def __bool__(self) -> bool:
+        return self.tracer.resolve_bool(self)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.tracer.resolve_iter(self, sys._getframe(1))
+
+    def __len__(self) -> int:
+        return self.tracer.resolve_len(self)
+
+    def __int__(self) -> int:
+        return self.tracer.resolve_number(self, "int")
+
+    def __float__(self) -> float:
+        return self.tracer.resolve_number(self, "float")
+
+    def __index__(self) -> int:
+        return self.tracer.resolve_number(self, "index")
+
+    def __contains__(self, item: Any) -> bool:
+        return self.tracer.resolve_contains(self, item)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self.tracer.record_setitem(self, index, value)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.tracer.getitem(self, index)
+
+
+class ValueAttribute(ValueProxy, Attribute):
+    """``proxy.name``: a lazily materialized ``getattr`` node (most attributes
+    are methods that are called right away) carrying the attribute's value."""
+
+    def __init__(self, root: ValueProxy, attr: str, value: Any) -> None:
+        Attribute.__init__(self, root, attr)
+        self.__dict__["_specfx_value"] = value
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.tracer.call_method(self.root, self.attr, args, kwargs)
