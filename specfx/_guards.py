@@ -30,10 +30,14 @@ from .errors import GuardError
 __all__ = ["GUARDS", "Specialization"]
 
 
-def _fail(what: str, expected: Any, actual: Any, where: str) -> NoReturn:
+def _fail(
+    what: str, expected: Any, actual: Any, where: str, *, claim: str = "", observed: str = ""
+) -> NoReturn:
+    assumption = claim or f"{what} == {expected!r}"
+    observation = observed or f"{what} == {actual!r}"
     raise GuardError(
-        f"specfx guard failed: the graph was traced assuming {what} == {expected!r}, "
-        f"but this input gives {actual!r}.\n"
+        f"specfx guard failed: the graph was traced assuming {assumption}, "
+        f"but for this input {observation}.\n"
         f"  assumed at {where}\n"
         f"The graph is only valid for inputs that keep this assumption. Retrace with an "
         f"example input like this one (specfx.trace(model, example_inputs, policy=...)), "
@@ -142,17 +146,25 @@ def guard_keys(value: Any, expected: tuple, what: str, where: str) -> None:
 
 
 def guard_is_none(value: Any, expected: bool, what: str, where: str) -> None:
-    """Fail unless ``(value is None) == expected``."""
-    actual = value is None
-    if actual is not expected:
-        _fail(what, expected, actual, where)
+    """Fail unless ``(value is None) == expected``; ``what`` names the value."""
+    if (value is None) is not expected:
+        _fail(what, expected, value is None, where, claim=describe_identity("is_none", what, expected),
+              observed=describe_identity("is_none", what, not expected))
 
 
 def guard_is_tensor(value: Any, expected: bool, what: str, where: str) -> None:
-    """Fail unless ``isinstance(value, torch.Tensor) == expected``."""
+    """Fail unless ``isinstance(value, torch.Tensor) == expected``; ``what`` names the value."""
     actual = isinstance(value, torch.Tensor)
     if actual is not expected:
-        _fail(what, expected, actual, where)
+        _fail(what, expected, actual, where, claim=describe_identity("is_tensor", what, expected),
+              observed=f"{what} is a {type(value).__name__}")
+
+
+def describe_identity(kind: str, subject: str, holds: bool) -> str:
+    """``x is None`` / ``x is not None`` / ``x is a Tensor`` / ``x is not a Tensor``."""
+    if kind == "is_none":
+        return f"{subject} is None" if holds else f"{subject} is not None"
+    return f"{subject} is a Tensor" if holds else f"{subject} is not a Tensor"
 
 
 # kind of specialization -> the guard function that checks it at call time
@@ -227,5 +239,7 @@ class Specialization:
 
     @property
     def guard_description(self) -> str:
-        """The assumption the guard checks, e.g. ``len(x) == 2``."""
+        """The assumption the guard checks, e.g. ``len(x) == 2`` or ``mask is None``."""
+        if self.kind in ("is_none", "is_tensor"):
+            return describe_identity(self.kind, self.expression, bool(self.value))
         return f"{self.expression} == {self.value!r}"

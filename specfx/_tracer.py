@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextvars
 import dis
+import inspect
 import math
 import operator
 import threading
@@ -198,6 +199,7 @@ class SpecTracer(torch.fx.Tracer):
         """Called once to make the placeholders; an example that is ``None``
         is passed to the code as ``None`` (so ``x is None`` answers truly) and guarded."""
         fn, args = super().create_args_for_root(root_fn, is_module, concrete_args)
+        _put_varargs_before_keyword_only(self.graph, root_fn)
         if self.examples is None:
             return fn, args
         code = getattr(root_fn, "__code__", None)
@@ -205,7 +207,7 @@ class SpecTracer(torch.fx.Tracer):
         new_args = []
         for arg in args:
             if type(arg) is ValueProxy and arg.node.op == "placeholder" and value_of(arg) is None:
-                self._decide(arg, "is_none", Specialize.NONE, True, f"{arg.node.name} is None",
+                self._decide(arg, "is_none", Specialize.NONE, True, arg.node.name,
                              (True,), operation=f"`{arg.node.name}`", location=where)
                 arg = None
             new_args.append(arg)
@@ -457,7 +459,7 @@ class SpecTracer(torch.fx.Tracer):
         """Called for ``proxy[index]``; an element that is ``None`` is returned as ``None`` (guarded)."""
         result = self.create_proxy("call_function", operator.getitem, (proxy, index), {})
         if value_of(result) is None and type(result) is ValueProxy:
-            self._decide(result, "is_none", Specialize.NONE, True, f"{_name(result)} is None", (True,),
+            self._decide(result, "is_none", Specialize.NONE, True, _name(result), (True,),
                          operation=f"`{_name(result)}`")
             return None
         return result
@@ -513,9 +515,25 @@ class SpecTracer(torch.fx.Tracer):
         if (proxy.node, "is_tensor") in self._decided or not is_user_file(frame.f_code.co_filename):
             return
         location = SourceLocation(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-        self._decide(proxy, "is_tensor", Specialize.NONE, True, f"isinstance({_name(proxy)}, Tensor)",
+        self._decide(proxy, "is_tensor", Specialize.NONE, True, _name(proxy),
                      (True,), operation=f"isinstance() of `{_name(proxy)}`",
                      dedupe=(proxy.node, "is_tensor"), location=location)
+
+
+def _put_varargs_before_keyword_only(graph: torch.fx.Graph, root_fn: Callable[..., Any]) -> None:
+    """torch.fx creates keyword-only placeholders before ``*args``, so the generated
+    ``forward(x, scale=2.0, *extra)`` would bind a positional extra to ``scale``.
+    Moving the ``*args`` placeholder first gives ``forward(x, *extra, scale=2.0)``."""
+    code = getattr(inspect.unwrap(root_fn), "__code__", None)
+    if code is None or not code.co_kwonlyargcount or not code.co_flags & inspect.CO_VARARGS:
+        return
+    keyword_only = set(code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount])
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    star = next((n for n in placeholders if isinstance(n.target, str) and n.target.startswith("*")
+                 and not n.target.startswith("**")), None)
+    first_keyword_only = next((n for n in placeholders if n.target in keyword_only), None)
+    if star is not None and first_keyword_only is not None:
+        first_keyword_only.prepend(star)
 
 
 def _proxies_in(args: Sequence[Any], kwargs: Dict[str, Any]) -> Iterator[ValueProxy]:
