@@ -273,7 +273,11 @@ class Policy:
             object.__setattr__(self, name, value)
         object.__setattr__(self, "_hash", hash(parts))
 
-    __ror__ = __or__
+    def __ror__(self, other: object) -> "Policy":
+        # `Specialize.X | policy`: the policy on the right still wins for the flags it names.
+        if isinstance(other, Specialize):
+            return Policy(other) | self
+        return NotImplemented
 
     def _key(self) -> tuple[Any, ...]:
         return (self._granted, self._denied, self._param_shapes_constant, self._scopes, self._annotations)

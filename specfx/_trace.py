@@ -178,16 +178,14 @@ def bind_examples(
     examples: Dict[str, Any] = {}
     parameters = list(signature.parameters.values())[len(leading):]
     for parameter in parameters:
-        if parameter.name not in bound.arguments:
-            continue
-        value = bound.arguments[parameter.name]
         if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-            examples["*" + parameter.name] = tuple(value)
+            examples["*" + parameter.name] = tuple(bound.arguments.get(parameter.name, ()))
         elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
-            examples["**" + parameter.name] = dict(value)
-        else:
-            examples[parameter.name] = value
+            examples["**" + parameter.name] = dict(bound.arguments.get(parameter.name, {}))
+        elif parameter.name in bound.arguments:
+            examples[parameter.name] = bound.arguments[parameter.name]
     if concrete_args:
+
         clash = sorted(set(concrete_args) & {k.lstrip("*") for k in examples})
         if clash:
             raise TypeError(

@@ -33,7 +33,15 @@ from ._guards import GUARDS, Specialization
 from ._policy import Layer, Policy, Resolved, Specialize, resolve
 from ._scope import annotations_active, current_layers, fresh_layers, push_layer, reset_layers
 from ._source import SourceLocation, is_user_file, user_location
-from ._values import MISSING, SCALAR_METHODS, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, value_of
+from ._values import (
+    MISSING,
+    SCALAR_METHODS,
+    SHAPE_ATTRIBUTES,
+    SHAPE_METHODS,
+    ValueAttribute,
+    ValueProxy,
+    value_of,
+)
 
 try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch version lacks it
     from torch.fx.passes.shape_prop import _extract_tensor_metadata
@@ -82,7 +90,7 @@ class SpecTracer(torch.fx.Tracer):
     :meth:`set_examples` before :meth:`trace`.
 
     >>> import torch, specfx
-    >>> graph = specfx.SpecTracer().trace(torch.nn.ReLU())
+    >>> graph = specfx.SpecTracer().trace(torch.nn.Sequential(torch.nn.ReLU()))
     >>> [n.op for n in graph.nodes]
     ['placeholder', 'call_module', 'output']
     """
@@ -365,10 +373,7 @@ class SpecTracer(torch.fx.Tracer):
                 location=location,
                 module=self._current_module(),
                 guard=guard_name,
-                degenerate=bool(proxy.__dict__.get("_specfx_degenerate", False)) or (
-                    kind in ("iter", "len", "keys") and value in (0, 1) or
-                    kind in ("iter", "keys") and not value
-                ),
+                degenerate=_is_degenerate(proxy, kind, value),
             )
         )
 
@@ -467,9 +472,9 @@ class SpecTracer(torch.fx.Tracer):
     def read_shape_attribute(self, proxy: ValueProxy, name: str, attribute: Any) -> Any:
         """Called for ``proxy.shape`` / ``proxy.ndim``: ints under SHAPES, else a symbolic node."""
         if not self._shapes_allowed(proxy):
-            from ._values import ValueAttribute
-
-            return ValueAttribute(proxy, name, attribute)
+            symbolic = ValueAttribute(proxy, name, attribute)
+            symbolic.__dict__["_specfx_shape"] = True
+            return symbolic
         if name == "shape":
             self._decide_shape(proxy, "shape", tuple(attribute), f"{_name(proxy)}.shape", (tuple(attribute),))
         else:
@@ -553,6 +558,16 @@ def _name(proxy: ValueProxy) -> str:
     if node is None:
         return f"{_name(proxy.root)}.{proxy.attr}"  # an attribute not yet materialized
     return node.target if node.op == "get_attr" else node.name
+
+
+def _is_degenerate(proxy: ValueProxy, kind: str, value: Any) -> bool:
+    """Decided on a size-0/1 dimension, or on the length 0/1 of a container the
+    model computed (an input's length is the caller's choice, not an accident)."""
+    if proxy.__dict__.get("_specfx_degenerate", False):
+        return True
+    if kind in ("iter", "len", "keys") and type(proxy) is ValueProxy and proxy.node.op != "placeholder":
+        return len(value) <= 1 if kind == "keys" else value <= 1
+    return False
 
 
 def _is_parameter_node(proxy: ValueProxy) -> bool:

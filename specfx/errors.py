@@ -136,11 +136,10 @@ class SpecializationWarning(UserWarning):
 
     >>> import warnings, torch, specfx
     >>> def f(x):
-    ...     (a,) = torch.split(x, 4)
-    ...     return a
+    ...     return sum(torch.split(x, 4))
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     _ = specfx.trace(f, torch.ones(4))
+    ...     _ = specfx.trace(f, torch.ones(4), policy=specfx.Policy(iter=True))
     >>> caught[0].category.__name__
     'SpecializationWarning'
     """

@@ -1,0 +1,430 @@
+"""The tracer: each flag's allowed path, its guard, and its refusal."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import specfx
+from specfx import GuardError, Policy, SpecializationError, Specialize, specialize
+
+from .models import Branchy, Flatten, Loop, Optional, Scalars, SplitCat, line_of
+
+
+def kinds(gm):
+    return [s.kind for s in gm.specializations]
+
+
+class TestIterLen:
+    def test_seed_example_traces_and_generalizes(self):
+        """The seed traces under ITER_LEN and works for other batch/spatial sizes."""
+        gm = specfx.trace(SplitCat(), (torch.randn(1, 4, 10, 10),), policy=Policy(Specialize.ITER_LEN))
+        for shape in [(1, 4, 10, 10), (3, 4, 5, 7), (2, 3, 1, 1)]:
+            x = torch.randn(shape)
+            assert torch.equal(gm(x), SplitCat()(x))
+        assert kinds(gm) == ["iter"]
+        assert "_tensor_constant" not in gm.code
+
+    def test_seed_graph_is_split_getitems_cat(self):
+        """The seed graph is split -> guard -> getitem x2 -> cat, nothing baked."""
+        gm = specfx.trace(SplitCat(), torch.randn(1, 4, 10, 10), policy=Policy(iter=True))
+        targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+        assert targets == [torch.functional.split, specfx.guard_len, __import__("operator").getitem,
+                           __import__("operator").getitem, torch.cat]
+
+    def test_seed_guard_points_at_the_star_call(self):
+        """Six channels make three chunks: GuardError names the `*x` line."""
+        gm = specfx.trace(SplitCat(), torch.randn(1, 4, 10, 10), policy=Policy(iter=True))
+        with pytest.raises(GuardError) as caught:
+            gm(torch.randn(1, 6, 10, 10))
+        line = line_of(SplitCat.forward, "self.call_cat(*x)")
+        assert f"models.py:{line}: return self.call_cat(*x)" in str(caught.value)
+        assert (caught.value.expected, caught.value.actual) == (2, 3)
+
+    def test_seed_without_policy_names_flag_and_line(self):
+        """Without ITER_LEN the refusal names the flag, the decorator and the line."""
+        with pytest.raises(SpecializationError) as caught:
+            specfx.trace(SplitCat(), torch.randn(1, 4, 10, 10))
+        message = str(caught.value)
+        assert "Specialize.ITER_LEN" in message
+        assert "Policy(iter=True)" in message
+        assert "@specialize(iter=True)" in message and "SplitCat.forward" in message
+        assert f"models.py:{line_of(SplitCat.forward, 'call_cat(*x)')}: return self.call_cat(*x)" in message
+        assert caught.value.flag is Specialize.ITER_LEN and caught.value.value == 2
+
+    def test_len_is_guarded_and_used_as_int(self):
+        """len() of a split returns an int and guards the length."""
+
+        def f(x):
+            parts = torch.split(x, 3)
+            return x * len(parts)
+
+        gm = specfx.trace(f, torch.randn(9), policy=Policy(iter=True))
+        assert torch.equal(gm(torch.ones(7)), torch.ones(7) * 3)
+        with pytest.raises(GuardError):
+            gm(torch.ones(12))
+
+    def test_for_loop_over_unbind(self):
+        """A for-loop over rows unrolls, with one length guard."""
+        gm = specfx.trace(Loop(), torch.randn(3, 5), policy=Policy(iter=True))
+        x = torch.randn(3, 2)
+        torch.testing.assert_close(gm(x), Loop()(x))
+        with pytest.raises(GuardError):
+            gm(torch.randn(4, 2))
+
+    def test_unpacking_needs_no_flag_but_is_guarded(self):
+        """`a, b = t` is fixed by the code: allowed without ITER_LEN and guarded."""
+
+        def f(x):
+            a, b = torch.chunk(x, 2)
+            return a - b
+
+        gm = specfx.trace(f, torch.arange(4.0))
+        assert kinds(gm) == ["unpack"] and gm.specializations[0].flag is Specialize.NONE
+        assert torch.equal(gm(torch.arange(6.0)), f(torch.arange(6.0)))
+        with pytest.raises(GuardError):
+            gm(torch.ones(1))
+
+    def test_star_unpacking_of_rest_needs_iter(self):
+        """`a, *rest = t` needs the length, so ITER_LEN."""
+
+        def f(x):
+            a, *rest = torch.split(x, 1)
+            return a + rest[-1]
+
+        with pytest.raises(SpecializationError, match="ITER_LEN"):
+            specfx.trace(f, torch.randn(3))
+        gm = specfx.trace(f, torch.randn(3), policy="iter")
+        assert torch.equal(gm(torch.arange(3.0)), f(torch.arange(3.0)))
+
+    def test_leaf_module_output_can_be_unpacked(self):
+        """A leaf LSTM's nested output tuple unpacks, with guards per level."""
+        lstm = nn.LSTM(4, 3, batch_first=True)
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm = lstm
+
+            def forward(self, x):
+                out, (h, c) = self.lstm(x)
+                return out.sum() + h.sum() + c.sum()
+
+        gm = specfx.trace(M(), torch.randn(2, 5, 4))
+        assert any(n.op == "call_module" for n in gm.graph.nodes)
+        x = torch.randn(3, 2, 4)
+        torch.testing.assert_close(gm(x), M()(x))
+
+    def test_wrapped_function_output_iterates(self):
+        """The tuple returned by a torch.fx.wrap'ed function iterates under ITER_LEN."""
+        gm = specfx.trace(_uses_wrapped_pair, torch.randn(3), policy=Policy(iter=True))
+        assert any(n.target is _wrapped_pair for n in gm.graph.nodes)
+        x = torch.randn(3)
+        torch.testing.assert_close(gm(x), _uses_wrapped_pair(x))
+
+    def test_dict_input_iterates_over_keys(self):
+        """Iterating a dict input yields its keys as constants, guarded."""
+
+        def f(batch):
+            return sum(v * i for i, (k, v) in enumerate(batch.items()))
+
+        batch = {"a": torch.ones(2), "b": torch.ones(2)}
+        gm = specfx.trace(f, (batch,), policy=Policy(iter=True))
+        assert torch.equal(gm(batch), f(batch))
+        with pytest.raises(GuardError, match="keys of batch"):
+            gm({"a": torch.ones(2), "c": torch.ones(2)})
+
+
+@torch.fx.wrap
+def _wrapped_pair(x):
+    return x + 1, x * 2
+
+
+def _uses_wrapped_pair(x):
+    total = 0
+    for part in _wrapped_pair(x):
+        total = total + part
+    return total
+
+
+class TestBool:
+    def test_shape_predicate_stays_symbolic(self):
+        """BOOL alone guards `x.shape[0] > 1`, not the shape: any batch > 1 works."""
+        model = Branchy().eval()
+        gm = specfx.trace(model, torch.randn(2, 4).abs() + 1, policy=Policy(bool=True))
+        for batch in (2, 3, 7):
+            x = torch.randn(batch, 4).abs() + 1
+            x = x if model(x).sum() > 0 else -x
+            if (model.lin(x - x.mean(0, keepdim=True))).sum() > 0:
+                torch.testing.assert_close(gm(x), model(x))
+        with pytest.raises(GuardError, match=r"bool\(gt\) == True"):
+            gm(torch.randn(1, 4))
+
+    def test_refusal_names_bool(self):
+        """Without BOOL the refusal points at the `if` line."""
+        with pytest.raises(SpecializationError) as caught:
+            specfx.trace(Branchy(), torch.randn(2, 4))
+        assert f"models.py:{line_of(Branchy.forward, 'x.shape[0] > 1')}" in str(caught.value)
+        assert "Policy(bool=True)" in str(caught.value)
+
+    @pytest.mark.parametrize("form", ["and", "or", "not", "assert", "while"])
+    def test_every_truth_context_is_bool(self, form):
+        """and/or/not/assert/while all go through BOOL."""
+        sources = {
+            "and": "def f(x):\n    return x + 1 if (x.sum() > 0 and x.max() < 9) else x\n",
+            "or": "def f(x):\n    return x + 1 if (x.sum() > 0 or x.max() > 9) else x\n",
+            "not": "def f(x):\n    return x + 1 if not (x.sum() < 0) else x\n",
+            "assert": "def f(x):\n    assert x.sum() > 0\n    return x + 1\n",
+            "while": "def f(x):\n    while x.sum() < 10:\n        x = x * 2\n    return x\n",
+        }
+        namespace = {"torch": torch}
+        exec(compile(sources[form], f"<{form}>", "exec"), namespace)
+        f = namespace["f"]
+        with pytest.raises(SpecializationError, match="BOOL"):
+            specfx.trace(f, torch.ones(3))
+        gm = specfx.trace(f, torch.ones(3), policy=Policy(bool=True))
+        assert torch.equal(gm(torch.ones(3)), f(torch.ones(3)))
+
+    def test_contains_is_a_guarded_bool(self):
+        """`k in d` on a traced dict is recorded as operator.contains and guarded."""
+
+        def f(inputs):
+            return inputs["x"] * 2 if "y" in inputs else inputs["x"]
+
+        gm = specfx.trace(f, ({"x": torch.ones(2)},), policy=Policy(bool=True))
+        assert torch.equal(gm({"x": torch.ones(2)}), torch.ones(2))
+        with pytest.raises(GuardError):
+            gm({"x": torch.ones(2), "y": torch.ones(2)})
+
+
+class TestShapes:
+    def test_shapes_become_ints_with_guards(self):
+        """Under SHAPES, size(0) and shape[1] are ints, guarded per dimension read."""
+        gm = specfx.trace(Flatten(), torch.randn(2, 3, 4), policy=Policy(shapes=True))
+        assert set(kinds(gm)) == {"size", "shape"}
+        assert "view(2, -1)" in gm.code
+        x = torch.randn(2, 3, 4)
+        assert torch.equal(gm(x), Flatten()(x))
+        with pytest.raises(GuardError):
+            gm(torch.randn(3, 3, 4))
+
+    def test_without_shapes_sizes_stay_symbolic(self):
+        """Without SHAPES, x.size(0) is a node and the graph fits every batch."""
+        gm = specfx.trace(Flatten(), torch.randn(2, 3, 4))
+        assert gm.specializations == []
+        for shape in [(5, 3, 4), (1, 2, 2)]:
+            x = torch.randn(shape)
+            assert torch.equal(gm(x), Flatten()(x))
+
+    def test_dim_ndim_numel(self):
+        """dim()/ndim/numel() are SHAPES and guard only what they read."""
+
+        def f(x):
+            return x.reshape(-1) * (x.dim() + x.ndim + x.numel())
+
+        gm = specfx.trace(f, torch.randn(2, 3), policy=Policy(shapes=True))
+        assert sorted(kinds(gm)) == ["ndim", "numel"]
+        assert torch.equal(gm(torch.ones(3, 2)), f(torch.ones(3, 2)))
+        with pytest.raises(GuardError):
+            gm(torch.ones(2, 2))
+
+    def test_int_of_a_shape_expression_needs_shapes_not_scalars(self):
+        """int(x.size(1) // 2) is a shape decision (SHAPES), not SCALARS."""
+
+        def f(x):
+            return x[:, : int(x.size(1) // 2)]
+
+        with pytest.raises(SpecializationError, match="SHAPES"):
+            specfx.trace(f, torch.randn(2, 6))
+        gm = specfx.trace(f, torch.randn(2, 6), policy=Policy(shapes=True))
+        assert torch.equal(gm(torch.ones(4, 6)), f(torch.ones(4, 6)))
+
+    def test_range_over_size_needs_shapes(self):
+        """range(x.size(0)) indexes a shape: SHAPES, guarded."""
+
+        def f(x):
+            return sum(x[i] for i in range(x.size(0)))
+
+        with pytest.raises(SpecializationError, match=r"operator.index\(\) of `size`.*SHAPES"):
+            specfx.trace(f, torch.randn(3, 2))
+        gm = specfx.trace(f, torch.randn(3, 2), policy=Policy(shapes=True))
+        assert [s.kind for s in gm.specializations] == ["size"]
+        torch.testing.assert_close(gm(torch.ones(3, 2)), f(torch.ones(3, 2)))
+        with pytest.raises(GuardError):
+            gm(torch.ones(4, 2))
+
+    def test_param_shapes_constant(self):
+        """param_shapes_constant reads parameter shapes as ints without SHAPES."""
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = nn.Parameter(torch.randn(3, 4))
+
+            def forward(self, x):
+                return x.view(-1, self.weight.shape[1]) @ self.weight.t()
+
+        symbolic = specfx.trace(M(), torch.randn(2, 4))
+        assert "view(-1, getitem)" in symbolic.code and symbolic.specializations == []
+        model = M()
+        gm = specfx.trace(model, torch.randn(2, 4), policy=Policy(param_shapes_constant=True))
+        assert "view(-1, 4)" in gm.code
+        assert [(s.kind, s.flag, s.expression) for s in gm.specializations] == [
+            ("shape", Specialize.NONE, "weight.shape")
+        ]
+        x = torch.randn(5, 4)
+        torch.testing.assert_close(gm(x), model(x))
+
+
+class TestScalars:
+    def test_int_and_item_are_baked_and_guarded(self):
+        """int() and .item() under SCALARS bake values and guard them."""
+        gm = specfx.trace(Scalars(), torch.ones(3), policy=Policy(scalars=True))
+        assert kinds(gm) == ["int", "item"]
+        out, top = gm(torch.ones(3))
+        assert torch.equal(out, torch.ones(3) * 3) and top == 1.0
+        with pytest.raises(GuardError):
+            gm(torch.ones(4))
+
+    def test_item_without_scalars_stays_a_node(self):
+        """Without SCALARS, .item() is an ordinary node; int() of it is refused."""
+
+        def f(x):
+            return torch.full((2,), x.max().item())
+
+        gm = specfx.trace(f, torch.ones(3))
+        assert gm.specializations == []
+        assert torch.equal(gm(torch.tensor([5.0])), torch.full((2,), 5.0))
+        with pytest.raises(SpecializationError, match="SCALARS"):
+            specfx.trace(Scalars(), torch.ones(3))
+
+    def test_tolist(self):
+        """.tolist() under SCALARS returns the Python list and guards it."""
+
+        def f(x, idx):
+            return x[idx.tolist()]
+
+        gm = specfx.trace(f, (torch.arange(5.0), torch.tensor([0, 2])), policy=Policy(scalars=True))
+        assert torch.equal(gm(torch.arange(5.0) * 2, torch.tensor([0, 2])), torch.tensor([0.0, 4.0]))
+        with pytest.raises(GuardError):
+            gm(torch.arange(5.0), torch.tensor([1, 2]))
+
+
+class TestIdentity:
+    def test_none_example_is_passed_as_none(self):
+        """A None example reaches the code as None and is guarded."""
+        gm = specfx.trace(Optional(), (torch.ones(2),), {"mask": None})
+        assert torch.equal(gm(torch.ones(2)), torch.ones(2) + 1)
+        with pytest.raises(GuardError, match="mask is None"):
+            gm(torch.ones(2), mask=torch.zeros(2))
+
+    def test_default_none_parameter_is_none(self):
+        """A parameter left at its default None is None while tracing."""
+        gm = specfx.trace(Optional(), torch.ones(2))
+        assert kinds(gm) == ["is_none"]
+        assert torch.equal(gm(torch.full((2,), 3.0)), torch.full((2,), 4.0))
+
+    def test_tensor_example_takes_the_mask_path(self):
+        """A tensor mask example takes the `is not None` path."""
+        gm = specfx.trace(Optional(), (torch.ones(2), torch.zeros(2)))
+        assert torch.equal(gm(torch.ones(2), torch.zeros(2)), torch.ones(2))
+
+    def test_isinstance_answers_as_the_value(self):
+        """isinstance(x, torch.Tensor) is True for a tensor input, and guarded."""
+
+        def f(x):
+            return x + 1 if isinstance(x, torch.Tensor) else x
+
+        gm = specfx.trace(f, torch.ones(2))
+        assert "add" in gm.code and kinds(gm) == ["is_tensor"]
+
+    def test_getitem_none_element(self):
+        """An element that is None (from a tuple input) is None in the code."""
+
+        def f(pair):
+            x, extra = pair
+            return x if extra is None else x + extra
+
+        gm = specfx.trace(f, ((torch.ones(2), None),))
+        assert torch.equal(gm((torch.ones(2), None)), torch.ones(2))
+        with pytest.raises(GuardError):
+            gm((torch.ones(2), torch.ones(2)))
+
+
+class TestSetItemAndMath:
+    def test_setitem_is_recorded(self):
+        """x[idx] = v on a traced tensor becomes an operator.setitem node."""
+
+        def f(x):
+            y = x.clone()
+            y[0] = 0
+            return y
+
+        gm = specfx.trace(f, torch.ones(3))
+        assert torch.equal(gm(torch.full((3,), 2.0)), torch.tensor([0.0, 2.0, 2.0]))
+
+    def test_math_is_autowrapped(self):
+        """math.sqrt of a shape stays a node (autowrap), as in torch.fx."""
+
+        def f(x):
+            return x / math.sqrt(x.size(-1))
+
+        gm = specfx.trace(f, torch.ones(2, 4))
+        torch.testing.assert_close(gm(torch.ones(2, 9)), torch.ones(2, 9) / 3)
+
+
+class TestMeta:
+    def test_meta_inputs_trace_shapes(self):
+        """Meta example inputs: shape predicates work, no data is needed."""
+
+        def f(x):
+            return x.view(x.size(0), -1) if x.shape[1] > 2 else x
+
+        gm = specfx.trace(f, torch.empty(3, 4, 5, device="meta"), policy=Policy(bool=True))
+        assert gm(torch.ones(2, 4, 5)).shape == (2, 20)
+
+    def test_meta_data_decision_explains(self):
+        """A data-dependent decision on meta inputs says why it cannot be made."""
+
+        def f(x):
+            return x if x.sum() > 0 else -x
+
+        with pytest.raises(SpecializationError, match="meta device"):
+            specfx.trace(f, torch.empty(3, device="meta"), policy=Policy(bool=True))
+
+
+class TestScopes:
+    def test_scope_policy_applies_inside_matching_submodule(self):
+        """scopes= grants a flag inside matching submodules only."""
+
+        class Outer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = SplitCat()
+
+            def forward(self, x):
+                return self.inner(x)
+
+        with pytest.raises(SpecializationError) as caught:
+            specfx.trace(Outer(), torch.randn(1, 4, 2, 2))
+        assert "scopes={'inner': Policy(iter=True)}" in str(caught.value)
+        gm = specfx.trace(Outer(), torch.randn(1, 4, 2, 2), policy=Policy(scopes={"inner": Policy(iter=True)}))
+        assert gm.specializations[0].module == "inner"
+
+    def test_annotation_forbids_inside(self):
+        """@specialize(bool=False) wins over the trace policy inside its scope."""
+
+        @specialize(bool=False)
+        def strict(x):
+            return x if x.sum() > 0 else -x
+
+        with pytest.raises(SpecializationError, match=r"forbidden here by @specialize\(bool=False\)"):
+            specfx.trace(strict, torch.ones(2), policy=Policy(bool=True))
+
+    def test_unmatched_scope_pattern_warns(self):
+        """A scopes pattern matching no submodule warns with examples of real names."""
+        with pytest.warns(UserWarning, match="matches no submodule"):
+            specfx.trace(Branchy(), torch.ones(2, 4), policy=Policy(bool=True, scopes={"nope.*": Policy()}))
