@@ -167,10 +167,18 @@ def bind_examples(
     signature = inspect.signature(fn)
     owner = f"{type(root).__name__}.forward" if isinstance(root, torch.nn.Module) else getattr(fn, "__qualname__", "fn")
     leading = (root,) if isinstance(root, torch.nn.Module) else ()
+    shown = str(signature).replace("(self, ", "(").replace("(self)", "()")
     try:
-        bound = signature.bind(*leading, *positional, **dict(example_kwargs or {}))
+        bound = signature.bind_partial(*leading, *positional, **dict(example_kwargs or {}))
+        missing = [
+            p.name for p in signature.parameters.values()
+            if p.name not in bound.arguments and p.default is inspect.Parameter.empty
+            and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+            and p.name not in (concrete_args or {})
+        ]
+        if missing:
+            raise TypeError(f"missing a required argument: {missing[0]!r}")
     except TypeError as error:
-        shown = str(signature).replace("(self, ", "(").replace("(self)", "()")
         raise TypeError(
             f"the example inputs do not fit {owner}{shown}: {error}. Pass example_inputs as a "
             f"tuple of positional arguments and example_kwargs as a dict"
