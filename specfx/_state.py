@@ -40,7 +40,7 @@ class StateKeeper:
     a parameter is copied the first time (buffers are copied up front).
     """
 
-    def __init__(self, root: Any) -> None:
+    def __init__(self, root: Any, *, copy_parameters: bool = False) -> None:
         self._module = root if isinstance(root, torch.nn.Module) else None
         self._rng = torch.get_rng_state()
         self._python_rng = random.getstate()
@@ -48,16 +48,18 @@ class StateKeeper:
             torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         )
         self._training: List[Tuple[torch.nn.Module, bool]] = []
-        self._buffers: List[Tuple[torch.Tensor, int, torch.Tensor]] = []
+        self._buffers: List[Tuple[torch.Tensor, torch.Tensor]] = []  # (buffer, its copy)
         self._params: Dict[int, Tuple[str, torch.Tensor, int]] = {}
         self._param_copies: Dict[int, torch.Tensor] = {}
         if self._module is not None:
             self._training = [(m, m.training) for m in self._module.modules()]
             for buffer in self._module.buffers():
                 if buffer.device.type != "meta":
-                    self._buffers.append((buffer, buffer._version, buffer.detach().clone()))
+                    self._buffers.append((buffer, buffer.detach().clone()))
             for name, param in self._module.named_parameters():
                 self._params[id(param)] = (name, param, param._version)
+                if copy_parameters:  # for eager runs, whose in-place writes specfx cannot see coming
+                    self.protect(param)
 
     def protect(self, value: Any) -> None:
         """Copy ``value`` if it is one of the module's parameters not copied yet."""
@@ -76,18 +78,19 @@ class StateKeeper:
         for module, training in self._training:  # every module is listed: no recursion needed
             module.training = training
         with torch.no_grad():
-            for buffer, version, saved in self._buffers:
-                if buffer._version != version:
+            for buffer, saved in self._buffers:
+                # Compare values, not version counters: BatchNorm's kernel updates its running
+                # statistics in place without bumping their version.
+                if not torch.equal(buffer, saved):
                     buffer.copy_(saved)
             lost = []
             for key, (name, param, version) in self._params.items():
-                if param._version == version:
-                    continue
                 saved = self._param_copies.get(key)
-                if saved is None:
+                if saved is not None:
+                    if not torch.equal(param, saved):
+                        param.copy_(saved)
+                elif param._version != version:
                     lost.append(name)
-                else:
-                    param.copy_(saved)
         if lost:
             warnings.warn(
                 f"tracing changed parameter(s) {', '.join(lost)} in place and specfx could not undo it "
@@ -98,9 +101,10 @@ class StateKeeper:
 
 
 @contextlib.contextmanager
-def preserved_state(root: Any) -> Iterator[StateKeeper]:
-    """Snapshot ``root``'s mutable state and the RNGs; restore them on exit."""
-    keeper = StateKeeper(root)
+def preserved_state(root: Any, *, copy_parameters: bool = False) -> Iterator[StateKeeper]:
+    """Snapshot ``root``'s mutable state and the RNGs; restore them on exit.
+    ``copy_parameters`` copies every parameter up front (for runs specfx does not trace)."""
+    keeper = StateKeeper(root, copy_parameters=copy_parameters)
     try:
         yield keeper
     finally:

@@ -221,7 +221,7 @@ def check(gm: torch.fx.GraphModule, root: Any, check_inputs: Sequence[Any]) -> N
         raise TypeError("check_inputs= takes a list of inputs, e.g. [(x1,), (x2,)]")
     for index, entry in enumerate(check_inputs):
         args, kwargs = _as_call(entry)
-        with preserved_state(root), torch.random.fork_rng(devices=[]):
+        with preserved_state(root, copy_parameters=True), torch.random.fork_rng(devices=[]):
             rng = torch.get_rng_state()
             try:
                 expected = root(*clone_example(args), **clone_example(kwargs))

@@ -1,0 +1,344 @@
+"""Tracing never changes the user's world: parameters, buffers, ``training``
+flags, hooks, example inputs, RNG states and torch.fx's global patches are as
+they were after ``specfx.trace``, whether it succeeds, fails midway, or runs
+``check_inputs``."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import warnings
+from math import sqrt
+
+import pytest
+import torch
+from torch import nn
+
+import specfx
+from specfx import Policy
+
+ORIGINAL_CALL = nn.Module.__call__
+ORIGINAL_GETATTR = nn.Module.__getattr__
+ORIGINAL_SQRT = sqrt
+
+# The branch at the end of each model's forward: allowed, the trace succeeds; refused
+# (no BOOL), it fails with SpecializationError after every other op has already run.
+OUTCOMES = ["succeeds", "fails_midway"]
+
+
+def branch(y):
+    if y.sum() > -1e9:
+        return y * 2
+    return y
+
+
+def run_trace(outcome, model, example_inputs, example_kwargs=None, **options):
+    """Trace ``model``; with "fails_midway" the trace is expected to raise SpecializationError."""
+    if outcome == "succeeds":
+        return specfx.trace(model, example_inputs, example_kwargs, policy=Policy(bool=True), **options)
+    with pytest.raises(specfx.SpecializationError):
+        specfx.trace(model, example_inputs, example_kwargs, policy=Policy(), **options)
+    return None
+
+
+@pytest.fixture(params=OUTCOMES)
+def outcome(request):
+    return request.param
+
+
+def snapshot(model):
+    return {name: value.detach().clone() for name, value in model.state_dict(keep_vars=True).items()}
+
+
+def assert_state_equal(model, before):
+    after = model.state_dict(keep_vars=True)
+    assert after.keys() == before.keys()
+    changed = [name for name, value in after.items() if not torch.equal(value, before[name])]
+    assert changed == []
+
+
+# -- models ----------------------------------------------------------------------------------------
+
+
+class Normed(nn.Module):
+    """A train-mode BatchNorm whose example run updates its running statistics."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return branch(self.bn(self.proj(x)))
+
+
+class Accumulates(nn.Module):
+    """Writes to one of its own buffers in place, like a running statistic."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.register_buffer("total", torch.zeros(4))
+        self.register_buffer("steps", torch.tensor(0))
+
+    def forward(self, x):
+        self.total.add_(x.sum(0))
+        self.steps += 1
+        return branch(self.proj(x))
+
+
+class WritesItsInput(nn.Module):
+    def forward(self, x, pair):
+        x.add_(1)
+        pair[0].mul_(3)
+        return branch(x + pair[0] + pair[1])
+
+
+class WritesItsParameter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4))
+        self.counter = nn.Parameter(torch.zeros(4), requires_grad=False)
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.weight.add_(1)
+        self.counter.add_(1)
+        return branch(x * self.weight)
+
+
+class TogglesModes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+        self.head = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
+
+    def forward(self, x):
+        self.drop.eval()
+        self.head.train()
+        self.train(False)
+        return branch(self.head(self.drop(x)))
+
+
+class Random(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        noise = torch.rand(4) * random.random()
+        return branch(self.drop(x) + noise)
+
+
+class TakesKeywords(nn.Module):
+    def forward(self, x, **extra):
+        scale = extra.pop("scale")
+        scale.mul_(2)
+        extra["added"] = scale
+        return branch(x * scale * sqrt(2.0))
+
+
+# -- tests -----------------------------------------------------------------------------------------
+
+
+
+class TestParametersAndBuffers:
+    def test_state_dict_bit_identical(self, outcome):
+        """Every parameter and buffer is bit-identical afterwards, including a buffer the forward writes in place."""
+        model = Accumulates()
+        before = snapshot(model)
+        run_trace(outcome, model, torch.randn(3, 4))
+        assert_state_equal(model, before)
+
+    @pytest.mark.parametrize(
+        "buffer",
+        [
+            "running_mean",
+            "running_var",
+            "num_batches_tracked",
+        ],
+    )
+    def test_batchnorm_statistics_unchanged(self, outcome, buffer):
+        """A train-mode BatchNorm's running statistics and batch counter are as before the trace."""
+        model = Normed().train()
+        before = getattr(model.bn, buffer).clone()
+        run_trace(outcome, model, torch.randn(8, 4) + 3)
+        assert torch.equal(getattr(model.bn, buffer), before)
+
+    def test_in_place_write_to_own_parameter_is_undone(self, outcome):
+        """Parameters the forward writes to in place (under no_grad or not requiring grad) are restored."""
+        model = WritesItsParameter()
+        before = snapshot(model)
+        run_trace(outcome, model, torch.randn(3, 4))
+        assert_state_equal(model, before)
+        assert model.weight.requires_grad and not model.counter.requires_grad
+
+    def test_parameters_stay_the_same_objects(self, outcome):
+        """The model's Parameter objects are not replaced (optimizers holding them keep working)."""
+        model = WritesItsParameter()
+        params = dict(model.named_parameters())
+        run_trace(outcome, model, torch.randn(3, 4))
+        assert all(p is params[name] for name, p in model.named_parameters())
+
+
+class TestExampleInputs:
+    def test_in_place_ops_leave_examples_unchanged(self, outcome):
+        """A forward that writes to its inputs in place (also inside a tuple) leaves the example tensors as they were."""
+        x, pair = torch.randn(3, 4), (torch.randn(3, 4), torch.randn(3, 4))
+        originals = [x.clone(), pair[0].clone(), pair[1].clone()]
+        run_trace(outcome, WritesItsInput(), (x, pair))
+        assert all(torch.equal(a, b) for a, b in zip([x, *pair], originals))
+
+    def test_example_kwargs_dict_not_mutated(self, outcome):
+        """A forward that pops from, adds to and writes through `**kwargs` leaves the example_kwargs dict alone."""
+        scale = torch.full((4,), 1.5)
+        example_kwargs = {"scale": scale}
+        run_trace(outcome, TakesKeywords(), (torch.randn(3, 4),), example_kwargs)
+        assert list(example_kwargs) == ["scale"]
+        assert example_kwargs["scale"] is scale
+        assert torch.equal(scale, torch.full((4,), 1.5))
+
+    def test_graph_from_in_place_model_matches_eager(self):
+        """The graph traced from clones still performs the in-place ops on the caller's tensors, as eager does."""
+        gm = specfx.trace(WritesItsInput(), (torch.randn(3, 4), (torch.randn(3, 4), torch.randn(3, 4))),
+                          policy=Policy(bool=True))
+        x, pair = torch.zeros(3, 4), (torch.ones(3, 4), torch.ones(3, 4))
+        gm(x, pair)
+        assert torch.equal(x, torch.ones(3, 4)) and torch.equal(pair[0], torch.full((3, 4), 3.0))
+
+
+class TestTrainingFlags:
+    @pytest.mark.parametrize("root_training", [True, False])
+    def test_flags_unchanged(self, outcome, root_training):
+        """`training` of every submodule is as before, also when forward toggles them with eval()/train()."""
+        model = TogglesModes().train(root_training)
+        model.head[0].eval()
+        before = [(name, m.training) for name, m in model.named_modules()]
+        run_trace(outcome, model, torch.randn(3, 4))
+        assert [(name, m.training) for name, m in model.named_modules()] == before
+
+
+class TestHooks:
+    def test_hooks_are_the_same_objects(self, outcome):
+        """Forward, forward-pre and backward hooks on the model and its submodules are untouched."""
+        model = Normed()
+        model.register_forward_hook(lambda module, args, out: None)
+        model.register_forward_pre_hook(lambda module, args: None)
+        model.bn.register_forward_hook(lambda module, args, out: None)
+        model.proj.register_full_backward_hook(lambda module, grad_in, grad_out: None)
+
+        def hooks():
+            return [
+                (name, table, key, hook)
+                for name, m in model.named_modules()
+                for table in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")
+                for key, hook in getattr(m, table).items()
+            ]
+
+        before = hooks()
+        run_trace(outcome, model, torch.randn(8, 4))
+        after = hooks()
+        assert len(before) == 4
+        assert [entry[:3] for entry in after] == [entry[:3] for entry in before]
+        assert all(a[3] is b[3] for a, b in zip(after, before))
+
+
+class TestRandomState:
+    def test_rng_states_unchanged(self, outcome):
+        """torch's and Python's global RNG states are unchanged by a train-mode Dropout and random draws in forward."""
+        model, x = Random().train(), torch.randn(3, 4)
+        torch_state, python_state = torch.get_rng_state(), random.getstate()
+        run_trace(outcome, model, x)
+        assert torch.equal(torch.get_rng_state(), torch_state)
+        assert random.getstate() == python_state
+
+
+class TestFxPatches:
+    def test_no_patches_left_behind(self, outcome):
+        """nn.Module.__call__/__getattr__, autowrapped math functions and the FX tracing flag are restored."""
+        run_trace(outcome, TakesKeywords(), (torch.randn(3, 4),), {"scale": torch.ones(4)})
+        assert nn.Module.__call__ is ORIGINAL_CALL
+        assert nn.Module.__getattr__ is ORIGINAL_GETATTR
+        assert sqrt is ORIGINAL_SQRT is math.sqrt
+        assert not torch.fx._symbolic_trace.is_fx_tracing()
+
+    def test_model_runs_eagerly_afterwards(self, outcome):
+        """After a trace the model runs eagerly with no tracing machinery in the way."""
+        model = Normed().eval()
+        expected = model(torch.ones(3, 4))
+        run_trace(outcome, model, torch.randn(3, 4))
+        out = model(torch.ones(3, 4))
+        assert type(out) is torch.Tensor
+        assert torch.equal(out, expected)
+
+
+class DrawsRandomly(nn.Module):
+    """Consumes torch's RNG (train-mode Dropout) and Python's (a discarded draw) without breaking eager == traced."""
+
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        random.random()
+        return self.drop(x) * 2
+
+
+class TestCheckInputs:
+    def test_example_and_check_inputs_unchanged(self):
+        """check_inputs runs clone their inputs: a forward writing in place changes neither examples nor check inputs."""
+        example = (torch.randn(3, 4), (torch.randn(3, 4), torch.randn(3, 4)))
+        entries = [(torch.randn(5, 4), (torch.randn(5, 4), torch.randn(5, 4)))]
+        originals = copy.deepcopy([example, *entries])
+        specfx.trace(WritesItsInput(), example, policy=Policy(bool=True), check_inputs=entries)
+        for (x, pair), (x0, pair0) in zip([example, *entries], originals):
+            assert torch.equal(x, x0) and torch.equal(pair[0], pair0[0]) and torch.equal(pair[1], pair0[1])
+
+    def test_rng_states_unchanged(self):
+        """check_inputs runs of a model drawing random numbers leave torch's and Python's RNG states as they were."""
+        model, example, checks = DrawsRandomly().train(), torch.randn(3, 4), [torch.randn(5, 4), torch.randn(2, 4)]
+        torch_state, python_state = torch.get_rng_state(), random.getstate()
+        specfx.trace(model, example, check_inputs=checks)
+        assert torch.equal(torch.get_rng_state(), torch_state)
+        assert random.getstate() == python_state
+
+    def test_training_flags_unchanged(self):
+        """check_inputs runs of a forward that toggles eval()/train() leave every `training` flag as it was."""
+        model = TogglesModes().train()
+        before = [m.training for m in model.modules()]
+        specfx.trace(model, torch.randn(3, 4), policy=Policy(bool=True), check_inputs=[torch.randn(5, 4)])
+        assert [m.training for m in model.modules()] == before
+
+    def test_buffers_written_in_place_unchanged(self):
+        """check_inputs runs of a forward that updates its own buffers leave them as before."""
+        model = Accumulates()
+        before = snapshot(model)
+        specfx.trace(model, torch.randn(3, 4), policy=Policy(bool=True), check_inputs=[torch.randn(5, 4)])
+        assert_state_equal(model, before)
+
+    def test_batchnorm_statistics_unchanged(self):
+        """check_inputs runs the eager train-mode model, yet its BatchNorm statistics are as before."""
+        model = Normed().train()
+        before = snapshot(model)
+        specfx.trace(model, torch.randn(8, 4), policy=Policy(bool=True), check_inputs=[torch.randn(6, 4) + 3])
+        assert_state_equal(model, before)
+
+    def test_in_place_write_to_own_parameter_is_undone(self):
+        """check_inputs runs of a forward that writes to its own parameter leave the parameter as before, silently."""
+
+        class Counts(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.counter = nn.Parameter(torch.zeros(4), requires_grad=False)
+
+            def forward(self, x):
+                self.counter.add_(1)
+                return x * 2
+
+        model = Counts()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            specfx.trace(model, torch.randn(3, 4), check_inputs=[torch.randn(5, 4)])
+        assert [str(w.message) for w in caught] == []
+        assert torch.equal(model.counter, torch.zeros(4))
