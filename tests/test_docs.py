@@ -17,6 +17,31 @@ def python_blocks(path: pathlib.Path):
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
+def run_document(path: pathlib.Path) -> None:
+    """Run a document's python blocks in order in one namespace; `# raises X` blocks must raise X."""
+    namespace: dict = {"__name__": f"docs_{path.stem}"}
+    for number, block in enumerate(python_blocks(path), start=1):
+        filename = f"<{path.name} block {number}>"
+        linecache.cache[filename] = (len(block), None, block.splitlines(True), filename)
+        code = compile(block, filename, "exec")
+        first = block.lstrip().splitlines()[0]
+        if first.startswith("# raises "):
+            expected = getattr(specfx, first.split()[2])
+            with pytest.raises(expected):
+                exec(code, namespace)
+        else:
+            exec(code, namespace)
+
+
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", [p for p in DOCS if python_blocks(p)], ids=lambda p: p.name)
+def test_document_blocks_run(path, capsys):
+    """Every python block in docs/ runs as written (and raises where it says so)."""
+    run_document(path)
+
+
 class TestReadme:
     def test_readme_example(self, capsys):
         """The README example runs; its last line raises the GuardError it promises."""
