@@ -77,6 +77,12 @@ def _instruction_at(frame: types.FrameType) -> Optional[dis.Instruction]:
 _INSTRUCTIONS: Dict[types.CodeType, Dict[int, dis.Instruction]] = {}
 
 
+class _Unevaluable(BaseException):
+    """A proxy reached the tracer while a concrete value was being computed (it hid
+    inside an object the evaluation could not see into): that node has no value.
+    A BaseException, so that ``except Exception`` in model code cannot swallow it."""
+
+
 def _is_meta(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.device.type == "meta"
 
@@ -235,6 +241,8 @@ class SpecTracer(torch.fx.Tracer):
     ) -> Proxy:
         """Called for every new node: computes the node's concrete value first
         (so a failing op leaves no node behind) and attaches it to the proxy."""
+        if self._evaluating:
+            raise _Unevaluable()
         value = self._evaluate(kind, target, args, kwargs)
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         if value is MISSING or type(proxy) is not ValueProxy:
@@ -272,7 +280,9 @@ class SpecTracer(torch.fx.Tracer):
             if target in self.examples:
                 return self.examples[target]
             return args[0] if args else MISSING
-        if kind == "output":
+        if kind == "output" or (self.examples is None and kind != "get_attr"):
+            # Without examples nothing runs, as in torch.fx; parameters still carry
+            # themselves so that param_shapes_constant can read their shapes.
             return MISSING
         missing = False
 
@@ -311,6 +321,8 @@ class SpecTracer(torch.fx.Tracer):
                         self.protect(param)
                 return module(*values, **kw_values)
             raise ValueError(f"unknown node kind {kind!r}")
+        except _Unevaluable:
+            return MISSING
         except Exception as error:
             _add_note(error, f"(raised while specfx computed the example value of a `{_describe_target(kind, target)}` call)")
             raise
@@ -341,6 +353,8 @@ class SpecTracer(torch.fx.Tracer):
     ) -> None:
         """Check ``flag`` against the policy in force, then record the
         specialization and emit its guard (once per node and property)."""
+        if self._evaluating:
+            raise _Unevaluable()
         if location is None:
             location = user_location(2)
         if flag is not Specialize.NONE and not allowed_by_params:
@@ -381,6 +395,8 @@ class SpecTracer(torch.fx.Tracer):
         return self._module_path[-1] if self._module_path else ""
 
     def _require_value(self, proxy: ValueProxy, operation: str, flag: Any) -> Any:
+        if self._evaluating:
+            raise _Unevaluable()
         value = value_of(proxy)
         if value is MISSING:
             raise _messages.no_value_error(operation, flag, user_location(3), proxy.node.name)
@@ -407,6 +423,8 @@ class SpecTracer(torch.fx.Tracer):
 
     def resolve_iter(self, proxy: ValueProxy, frame: types.FrameType) -> Iterator[Any]:
         """Called for ``iter(proxy)``: loops, unpacking, ``*proxy``, ``tuple(proxy)``."""
+        if self._evaluating:
+            raise _Unevaluable()
         instruction = _instruction_at(frame)
         unpacking = instruction is not None and instruction.opname == "UNPACK_SEQUENCE"
         value = value_of(proxy)

@@ -428,3 +428,49 @@ class TestScopes:
         """A scopes pattern matching no submodule warns with examples of real names."""
         with pytest.warns(UserWarning, match="matches no submodule"):
             specfx.trace(Branchy(), torch.ones(2, 4), policy=Policy(bool=True, scopes={"nope.*": Policy()}))
+
+
+class _Box:
+    """An opaque object holding a traced value, lowered by __fx_create_arg__."""
+
+    def __init__(self, x):
+        self.x = x
+
+    def __fx_create_arg__(self, tracer):
+        return tracer.create_node("call_function", _Box, (tracer.create_arg(self.x),), {})
+
+
+class _UnboxLeaf(nn.Module):
+    def forward(self, box):
+        return sum(v for v in box.x)
+
+
+class TestOpaqueValues:
+    def test_proxy_hidden_in_an_object_gets_no_value(self):
+        """A leaf fed an object hiding a proxy is recorded, not run on the proxy (as in torch.fx)."""
+
+        class Root(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.leaf = _UnboxLeaf()
+
+            def forward(self, x):
+                return self.leaf(_Box(x)) * 2
+
+        gm = specfx.trace(Root(), torch.ones(2), leaf_modules=[_UnboxLeaf])
+        assert [n.op for n in gm.graph.nodes] == ["placeholder", "call_function", "call_module",
+                                                  "call_function", "output"]
+        assert "tensor_meta" not in next(n for n in gm.graph.nodes if n.op == "call_module").meta
+
+    def test_nothing_runs_without_examples(self):
+        """Without examples even parameter-only ops are not run (a bad view is only recorded)."""
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(torch.ones(4, 3))
+
+            def forward(self, x):
+                return x + self.w.view(5)
+
+        assert specfx.trace(M()).code == torch.fx.symbolic_trace(M()).code

@@ -1,0 +1,198 @@
+"""Run PyTorch's own FX tests with specfx standing in for torch.fx's tracer.
+
+PyTorch's ``test/test_fx.py`` (class ``TestFX``) is the reference for drop-in
+compatibility: traced without example inputs, specfx should behave exactly
+like ``torch.fx.symbolic_trace``. This script replaces, for the whole run,
+
+- ``torch.fx.Tracer`` and ``torch.fx._symbolic_trace.Tracer`` by ``specfx.SpecTracer``;
+- ``torch.fx.symbolic_trace`` and ``torch.fx._symbolic_trace.symbolic_trace`` by
+  ``symbolic_trace(root, concrete_args=None)`` = ``specfx.trace(root, concrete_args=...)``;
+
+then imports the test file (so its own ``from torch.fx import symbolic_trace,
+Tracer`` binds the replacements; they are also rebound on the module afterwards
+in case it was imported earlier), runs the chosen test class with unittest and
+prints pass / fail / error / skip counts and, for each failing test, the first
+line of its error and where in the test file it was raised.
+
+Usage::
+
+    python tools/fx_compat.py /path/to/test_fx.py             # TestFX under specfx
+    python tools/fx_compat.py /path/to/test_fx.py --baseline  # stock torch.fx, for comparison
+    python tools/fx_compat.py /path/to/test_fx.py -k pickle -v  # only tests whose name contains
+                                                              # "pickle", with full tracebacks
+
+The test file is not part of this repository: take ``test/test_fx.py`` of the
+PyTorch release that is installed, with the ``test/fx/`` helpers it imports
+(``fx/named_tup.py``, ``fx/test_future.py``, and the sibling suites it
+re-exports) beside it in a ``fx/`` folder. ``torch.testing._internal`` ships
+with torch; it needs the ``expecttest`` package. The exit status is 0 when
+nothing failed.
+
+Tracer classes defined inside torch keep the base they bound on import: those
+of modules that ``import torch`` already loaded (``Transformer``'s tracer,
+``make_fx``'s ``PythonKeyTracer``) stay stock torch.fx, and tests of them
+exercise torch.fx, not specfx; ``torch.fx.experimental.rewriter``, first
+imported by the test file after the replacement, makes ``RewritingTracer`` a
+``SpecTracer`` subclass, so the ``test_ast_rewriter_*`` tests do cover specfx.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import traceback
+import types
+import unittest
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.fx
+from torch.fx import _symbolic_trace
+
+import specfx
+
+_ORIGINALS: Dict[Tuple[Any, str], Any] = {}
+
+
+def symbolic_trace(root: Any, concrete_args: Optional[Dict[str, Any]] = None) -> torch.fx.GraphModule:
+    """``torch.fx.symbolic_trace`` done by specfx (no example inputs)."""
+    return specfx.trace(root, concrete_args=concrete_args)
+
+
+def _replace(owner: Any, name: str, value: Any) -> None:
+    _ORIGINALS.setdefault((owner, name), getattr(owner, name))
+    setattr(owner, name, value)
+
+
+def install() -> None:
+    """Put specfx in place of torch.fx's tracer for the rest of the process."""
+    for owner in (torch.fx, _symbolic_trace):
+        _replace(owner, "Tracer", specfx.SpecTracer)
+        _replace(owner, "symbolic_trace", symbolic_trace)
+
+
+def rebind(module: types.ModuleType) -> None:
+    """Point the test module's own imported names at the replacements too."""
+    for name, value in (("Tracer", specfx.SpecTracer), ("symbolic_trace", symbolic_trace)):
+        if name in vars(module):
+            setattr(module, name, value)
+
+
+def uninstall() -> None:
+    """Undo :func:`install`."""
+    for (owner, name), value in _ORIGINALS.items():
+        setattr(owner, name, value)
+    _ORIGINALS.clear()
+
+
+def load_test_module(path: str) -> types.ModuleType:
+    """Import the test file under its own name (pickles made by the tests refer to it)."""
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # for its `from fx.named_tup import ...`
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"fx_compat: cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Result(unittest.TestResult):
+    """Collects outcomes by test name; test output is buffered and dropped."""
+
+    def __init__(self, test_file: str) -> None:
+        super().__init__()
+        self.buffer = True
+        self.test_file = os.path.abspath(test_file)
+        self.passed: List[str] = []
+        self.problems: List[Tuple[str, str, str, str]] = []  # (kind, name, first line, full traceback)
+
+    def addSuccess(self, test: unittest.TestCase) -> None:
+        super().addSuccess(test)
+        self.passed.append(_name(test))
+
+    def addFailure(self, test: unittest.TestCase, err: Any) -> None:
+        super().addFailure(test, err)
+        self._note("FAIL", test, err)
+
+    def addError(self, test: unittest.TestCase, err: Any) -> None:
+        super().addError(test, err)
+        self._note("ERROR", test, err)
+
+    def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:
+        super().addUnexpectedSuccess(test)
+        self.problems.append(("UNEXPECTED-SUCCESS", _name(test), "", ""))
+
+    def _note(self, kind: str, test: unittest.TestCase, err: Any) -> None:
+        exc_type, exc, tb = err
+        text = str(exc).strip()
+        first = f"{exc_type.__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+        line = None
+        for frame, lineno in traceback.walk_tb(tb):
+            if os.path.abspath(frame.f_code.co_filename) == self.test_file:
+                line = lineno
+        if line is not None:
+            first += f"  [{os.path.basename(self.test_file)}:{line}]"
+        full = "".join(traceback.format_exception(exc_type, exc, tb))
+        self.problems.append((kind, _name(test), first, full))
+
+
+def _name(test: unittest.TestCase) -> str:
+    return test.id().rsplit(".", 1)[-1]
+
+
+def run(test_file: str, class_name: str = "TestFX", pattern: Optional[str] = None,
+        baseline: bool = False, verbose: bool = False) -> _Result:
+    """Run ``class_name`` of ``test_file``; print and return the outcomes."""
+    if not baseline:
+        install()
+    module = load_test_module(test_file)
+    if not baseline:
+        rebind(module)
+    case = getattr(module, class_name, None)
+    if not (isinstance(case, type) and issubclass(case, unittest.TestCase)):
+        raise SystemExit(f"fx_compat: {test_file} has no test class {class_name}")
+    tests = [t for t in unittest.TestLoader().loadTestsFromTestCase(case)
+             if pattern is None or pattern in _name(t)]
+    result = _Result(test_file)
+    unittest.TestSuite(tests).run(result)
+
+    tracer = ("stock torch.fx" if baseline
+              else f"specfx {specfx.__version__} as torch.fx.Tracer/symbolic_trace")
+    failures = sum(1 for p in result.problems if p[0] == "FAIL")
+    errors = sum(1 for p in result.problems if p[0] == "ERROR")
+    print(f"fx_compat: {class_name} from {test_file} with {tracer} (torch {torch.__version__})")
+    print(f"{result.testsRun} run: {len(result.passed)} passed, {failures} failed, {errors} errors, "
+          f"{len(result.skipped)} skipped, {len(result.expectedFailures)} expected failures, "
+          f"{len(result.unexpectedSuccesses)} unexpected successes")
+    for kind, name, first, full in sorted(result.problems, key=lambda p: p[1]):
+        print(f"{kind:<6} {name}: {first}")
+        if verbose and full:
+            print("    " + full.rstrip().replace("\n", "\n    "))
+    if verbose:
+        for test, reason in result.skipped:
+            print(f"SKIP   {_name(test)}: {reason}")
+    return result
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("test_file", help="path to PyTorch's test/test_fx.py")
+    parser.add_argument("--class", dest="class_name", default="TestFX",
+                        help="test class to run (default TestFX)")
+    parser.add_argument("-k", dest="pattern", help="only tests whose name contains this text")
+    parser.add_argument("--baseline", action="store_true", help="run with stock torch.fx (no patching)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks and skip reasons")
+    args = parser.parse_args(argv)
+    result = run(args.test_file, args.class_name, args.pattern, args.baseline, args.verbose)
+    return 0 if result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
