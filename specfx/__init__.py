@@ -29,6 +29,7 @@ from ._guards import (
 from ._policy import Policy, Specialize
 from ._report import explain
 from ._scope import specialize
+from ._specializer import Specializer, VariantLimitError
 from ._trace import trace
 from ._tracer import SpecTracer
 from .errors import (
@@ -52,7 +53,9 @@ __all__ = [
     "SpecializationError",
     "SpecializationWarning",
     "Specialize",
+    "Specializer",
     "TraceCheckError",
+    "VariantLimitError",
     "explain",
     "specialize",
     "trace",

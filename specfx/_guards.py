@@ -56,9 +56,19 @@ def _observe(what: str, expected: Any, where: str, observe: Callable[[], Any]) -
 
 
 def _same(actual: Any, expected: Any) -> bool:
-    if isinstance(expected, float) and isinstance(actual, float) and math.isnan(expected):
-        return math.isnan(actual)
-    return bool(actual == expected) and type(actual) is type(expected)
+    """Identical Python values: same type, NaN matches NaN, and -0.0 is not 0.0
+    (code such as ``math.copysign`` or ``1 / v`` tells them apart)."""
+    if type(actual) is not type(expected):
+        return False
+    if isinstance(expected, (list, tuple)):
+        return len(actual) == len(expected) and all(_same(a, e) for a, e in zip(actual, expected))
+    if isinstance(expected, float):
+        if math.isnan(expected):
+            return math.isnan(actual)
+        return actual == expected and math.copysign(1.0, actual) == math.copysign(1.0, expected)
+    if isinstance(expected, complex):
+        return _same(actual.real, expected.real) and _same(actual.imag, expected.imag)
+    return bool(actual == expected)
 
 
 def guard_len(value: Any, expected: int, what: str, where: str) -> None:
@@ -118,23 +128,23 @@ def guard_index(value: Any, expected: int, what: str, where: str) -> None:
 
 
 def guard_float(value: Any, expected: float, what: str, where: str) -> None:
-    """Fail unless ``float(value) == expected`` (NaN matches NaN)."""
+    """Fail unless ``float(value)`` is ``expected`` (NaN matches NaN, -0.0 differs from 0.0)."""
     actual = _observe(what, expected, where, lambda: float(value))
     if not _same(actual, expected):
         _fail(what, expected, actual, where)
 
 
 def guard_item(value: Any, expected: Any, what: str, where: str) -> None:
-    """Fail unless ``value.item() == expected``."""
+    """Fail unless ``value.item()`` is ``expected`` (same type; NaN and signed zero as in guard_float)."""
     actual = _observe(what, expected, where, lambda: value.item())
     if not _same(actual, expected):
         _fail(what, expected, actual, where)
 
 
 def guard_tolist(value: Any, expected: Any, what: str, where: str) -> None:
-    """Fail unless ``value.tolist() == expected``."""
+    """Fail unless ``value.tolist() == expected`` (element types and float signs included)."""
     actual = _observe(what, expected, where, lambda: value.tolist())
-    if actual != expected:
+    if not _same(actual, expected):
         _fail(what, expected, actual, where)
 
 

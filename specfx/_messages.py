@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from ._policy import Resolved, Specialize, keyword_of
 from ._source import SourceLocation
-from .errors import SpecializationError
+from .errors import SpecializationError, compatible_error_class
 
 __all__ = ["denied_error", "no_value_error", "meta_error", "short_repr"]
 
@@ -30,6 +30,15 @@ FX_MESSAGES = {
         "to be recorded, please call torch.fx.wrap('len') at module scope"
     ),
 }
+
+
+# The builtin exception torch.fx raises for these operations on a Proxy.
+_FX_EXCEPTION_OF_KIND = {"len": RuntimeError, "int": TypeError, "float": TypeError, "index": TypeError}
+
+
+def _error_class(kind: Optional[str]) -> type:
+    builtin = _FX_EXCEPTION_OF_KIND.get(kind or "")
+    return compatible_error_class(builtin) if builtin else SpecializationError
 
 
 def short_repr(value: Any, limit: int = 60) -> str:
@@ -56,6 +65,7 @@ def denied_error(
     resolved: Resolved,
     module_path: str,
     extra_fix: Optional[str] = None,
+    kind: Optional[str] = None,
 ) -> SpecializationError:
     """The error for an operation whose flag the policy in force does not grant."""
     keyword = keyword_of(flag)
@@ -79,32 +89,32 @@ def denied_error(
         f"Fix: {'; or '.join(fixes)}."
         f"{_where(location)}"
     )
-    return SpecializationError(
+    return _error_class(kind)(
         message, operation=operation, flag=flag, value=value, location=str(location) if location else None
     )
 
 
 def no_value_error(
-    operation: str, flag: Any, location: Optional[SourceLocation], name: str
+    operation: str, flag: Any, location: Optional[SourceLocation], name: str, kind: Optional[str] = None
 ) -> SpecializationError:
     """The error for an operation on a value traced without example inputs."""
     keyword = keyword_of(flag) if isinstance(flag, Specialize) else "iter"
-    fx_message = FX_MESSAGES.get(flag, "")
+    fx_message = FX_MESSAGES.get(kind if kind in FX_MESSAGES else flag, "")
     message = (
         f"{operation} needs a concrete value, but `{name}` was traced without example inputs, "
-        f"so it has none ({fx_message}).\n"
+        f"so it has none{f' ({fx_message})' if fx_message else ''}.\n"
         f"Fix: pass representative example inputs, e.g. specfx.trace(model, (example_input,), "
         f"policy=Policy({keyword}=True)), so the value can be specialized and guarded."
         f"{_where(location)}"
     )
     real_flag = flag if isinstance(flag, Specialize) else Specialize.ITER_LEN
-    return SpecializationError(
+    return _error_class(kind)(
         message, operation=operation, flag=real_flag, value=None, location=str(location) if location else None
     )
 
 
 def meta_error(
-    operation: str, flag: Specialize, location: Optional[SourceLocation], name: str
+    operation: str, flag: Specialize, location: Optional[SourceLocation], name: str, kind: Optional[str] = None
 ) -> SpecializationError:
     """The error for a data-dependent decision on a tensor on the meta device."""
     message = (
@@ -114,6 +124,6 @@ def meta_error(
         f"this decision out of the traced code (a leaf module or a torch.fx.wrap'ed function)."
         f"{_where(location)}"
     )
-    return SpecializationError(
+    return _error_class(kind)(
         message, operation=operation, flag=flag, value=None, location=str(location) if location else None
     )

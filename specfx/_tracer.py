@@ -245,26 +245,13 @@ class SpecTracer(torch.fx.Tracer):
             raise _Unevaluable()
         value = self._evaluate(kind, target, args, kwargs)
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
-        if value is MISSING or type(proxy) is not ValueProxy:
+        if type(proxy) is not ValueProxy:
             return proxy
         state = proxy.__dict__
+        self._mark_provenance(state, kind, target, args, kwargs, value)
+        if value is MISSING:
+            return proxy
         state["_specfx_value"] = value
-        shape_read = (kind == "call_method" and target in SHAPE_METHODS) or (
-            target is getattr and len(args) > 1 and args[1] in SHAPE_ATTRIBUTES
-        )
-        inputs = [a for a in _proxies_in(args, kwargs)]
-        derived = kind in ("call_function", "call_method") and bool(inputs) and all(
-            a.__dict__.get("_specfx_shape", False) for a in inputs
-        )
-        if shape_read or derived:
-            state["_specfx_shape"] = True
-            reads_size = (kind == "call_method" and target in ("size", "numel", "nelement") and (
-                target != "size" or len(args) > 1 or kwargs)) or (
-                target is operator.getitem and isinstance(value_of(args[0]), torch.Size))
-            if (reads_size and type(value) is int and value in (0, 1)) or any(
-                a.__dict__.get("_specfx_degenerate", False) for a in inputs
-            ):
-                state["_specfx_degenerate"] = True
         if kind == "call_method" and target in _VIEW_METHODS and isinstance(value_of(args[0]), dict):
             state["_specfx_mapping"] = args[0]
         meta = _tensor_meta(value)
@@ -272,6 +259,30 @@ class SpecTracer(torch.fx.Tracer):
             proxy.node.meta["tensor_meta"] = meta
         proxy.node.meta["type"] = type(value)
         return proxy
+
+    @staticmethod
+    def _mark_provenance(
+        state: Dict[str, Any], kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], value: Any
+    ) -> None:
+        """Mark values computed from shapes only (int() of them is a SHAPES decision)
+        and those read from a size-0/1 dimension (decisions on them are degenerate)."""
+        shape_read = (kind == "call_method" and target in SHAPE_METHODS) or (
+            target is getattr and len(args) > 1 and args[1] in SHAPE_ATTRIBUTES
+        )
+        inputs = list(_proxies_in(args, kwargs))
+        derived = kind in ("call_function", "call_method") and bool(inputs) and all(
+            a.__dict__.get("_specfx_shape", False) for a in inputs
+        )
+        if not (shape_read or derived):
+            return
+        state["_specfx_shape"] = True
+        reads_size = (kind == "call_method" and target in ("size", "numel", "nelement")
+                      and (target != "size" or len(args) > 1 or bool(kwargs))) or (
+            target is operator.getitem and isinstance(value_of(args[0]), torch.Size))
+        if (reads_size and type(value) is int and value in (0, 1)) or any(
+            a.__dict__.get("_specfx_degenerate", False) for a in inputs
+        ):
+            state["_specfx_degenerate"] = True
 
     def _evaluate(self, kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         if kind == "placeholder":
@@ -361,10 +372,10 @@ class SpecTracer(torch.fx.Tracer):
             resolved = self._resolved()
             if flag not in resolved.flags:
                 raise _messages.denied_error(
-                    operation, flag, value, location, resolved, self._current_module(), extra_fix
+                    operation, flag, value, location, resolved, self._current_module(), extra_fix, kind
                 )
         if needs_data and _is_meta(value_of(proxy)):
-            raise _messages.meta_error(operation, flag, location, proxy.node.name)
+            raise _messages.meta_error(operation, flag, location, _name(proxy), kind)
         key = dedupe if dedupe is not None else (proxy.node, kind, guard_args[:-1])
         if key in self._decided:
             return
@@ -394,18 +405,18 @@ class SpecTracer(torch.fx.Tracer):
     def _current_module(self) -> str:
         return self._module_path[-1] if self._module_path else ""
 
-    def _require_value(self, proxy: ValueProxy, operation: str, flag: Any) -> Any:
+    def _require_value(self, proxy: ValueProxy, operation: str, flag: Specialize, kind: str) -> Any:
         if self._evaluating:
             raise _Unevaluable()
         value = value_of(proxy)
         if value is MISSING:
-            raise _messages.no_value_error(operation, flag, user_location(3), proxy.node.name)
+            raise _messages.no_value_error(operation, flag, user_location(3), _name(proxy), kind)
         return value
 
     def resolve_bool(self, proxy: ValueProxy) -> bool:
         """Called for ``bool(proxy)`` (``if``, ``while``, ``and``/``or``/``not``, ``assert``)."""
         operation = f"bool() of `{_name(proxy)}`"
-        value = self._require_value(proxy, operation, Specialize.BOOL)
+        value = self._require_value(proxy, operation, Specialize.BOOL, "bool")
         truth = None if _is_meta(value) else bool(value)
         self._decide(proxy, "bool", Specialize.BOOL, truth, f"bool({_name(proxy)})", (truth,),
                      operation=operation, needs_data=isinstance(value, torch.Tensor),
@@ -415,7 +426,7 @@ class SpecTracer(torch.fx.Tracer):
     def resolve_len(self, proxy: ValueProxy) -> int:
         """Called for ``len(proxy)``."""
         operation = f"len() of `{_name(proxy)}`"
-        value = self._require_value(proxy, operation, "len")
+        value = self._require_value(proxy, operation, Specialize.ITER_LEN, "len")
         length = len(value)
         self._decide(proxy, "len", Specialize.ITER_LEN, length, f"len({_name(proxy)})", (length,),
                      operation=operation, dedupe=(proxy.node, "length"))
@@ -462,7 +473,7 @@ class SpecTracer(torch.fx.Tracer):
         operation = f"{'operator.index' if conversion == 'index' else conversion}() of `{_name(proxy)}`"
         from_shapes = bool(proxy.__dict__.get("_specfx_shape", False))
         flag = Specialize.SHAPES if from_shapes else Specialize.SCALARS
-        value = self._require_value(proxy, operation, flag)
+        value = self._require_value(proxy, operation, flag, conversion)
         number = None if _is_meta(value) else {"int": int, "float": float, "index": operator.index}[conversion](value)
         self._decide(proxy, conversion, flag, number, f"{conversion}({_name(proxy)})", (number,),
                      operation=operation, needs_data=isinstance(value, torch.Tensor),
@@ -471,7 +482,7 @@ class SpecTracer(torch.fx.Tracer):
 
     def resolve_contains(self, proxy: ValueProxy, item: Any) -> bool:
         """Called for ``item in proxy``: recorded as ``operator.contains`` and decided as a BOOL."""
-        self._require_value(proxy, f"`... in {_name(proxy)}`", Specialize.BOOL)
+        self._require_value(proxy, f"`... in {_name(proxy)}`", Specialize.BOOL, "bool")
         return self.resolve_bool(self.create_proxy("call_function", operator.contains, (proxy, item), {}))
 
     def record_setitem(self, proxy: ValueProxy, index: Any, value: Any) -> None:
@@ -579,12 +590,17 @@ def _name(proxy: ValueProxy) -> str:
 
 
 def _is_degenerate(proxy: ValueProxy, kind: str, value: Any) -> bool:
-    """Decided on a size-0/1 dimension, or on the length 0/1 of a container the
-    model computed (an input's length is the caller's choice, not an accident)."""
+    """Decided on a size-0/1 dimension (read as an int under SHAPES, or feeding a
+    predicate), or on the length 0/1 of a container the model computed (an
+    input's length is the caller's choice, not an accident)."""
     if proxy.__dict__.get("_specfx_degenerate", False):
         return True
     if kind in ("iter", "len", "keys") and type(proxy) is ValueProxy and proxy.node.op != "placeholder":
         return len(value) <= 1 if kind == "keys" else value <= 1
+    if kind == "shape":
+        return any(size in (0, 1) for size in value)
+    if kind in ("size", "numel"):
+        return value in (0, 1)
     return False
 
 

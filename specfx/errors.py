@@ -68,6 +68,28 @@ class SpecializationError(SpecfxError, TraceError):
         self.location = location
 
 
+_COMPATIBLE_CLASSES: dict = {}
+
+
+def compatible_error_class(builtin: type) -> type:
+    """A ``SpecializationError`` that is also a ``builtin`` exception: what
+    torch.fx raises for the same operation (``RuntimeError`` for ``len()``,
+    ``TypeError`` for ``int()``), so existing ``except`` clauses still catch it.
+
+    >>> error = compatible_error_class(RuntimeError)("len() of `x` ...")
+    >>> isinstance(error, SpecializationError) and isinstance(error, RuntimeError)
+    True
+    """
+    cls = _COMPATIBLE_CLASSES.get(builtin)
+    if cls is None:
+        # Named like the base so tracebacks read "specfx.errors.SpecializationError".
+        cls = type("SpecializationError", (SpecializationError, builtin), {"__module__": __name__})
+        cls.__qualname__ = "SpecializationError"
+        cls.__doc__ = f"A SpecializationError that is also a {builtin.__name__}, as torch.fx's error is."
+        _COMPATIBLE_CLASSES[builtin] = cls
+    return cls
+
+
 class GuardError(SpecfxError, RuntimeError):
     """Raised by a guard in a traced graph when an input breaks an assumption
     that was baked in while tracing.
