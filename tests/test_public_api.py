@@ -14,7 +14,8 @@ class TestPublicAPI:
         """__all__ is exactly the documented API, sorted."""
         assert specfx.__all__ == [
             "GuardError", "Policy", "SpecTracer", "SpecfxError", "Specialization", "SpecializationError",
-            "SpecializationWarning", "Specialize", "TraceCheckError", "explain", "specialize", "trace",
+            "SpecializationWarning", "Specialize", "Specializer", "TraceCheckError", "VariantLimitError",
+            "explain", "specialize", "trace",
         ]
         assert specfx.__all__ == sorted(specfx.__all__)
 
