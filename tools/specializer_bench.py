@@ -1,0 +1,174 @@
+"""Cost of ``specfx.Specializer``: steady-state overhead of the wrapper over
+calling the chosen GraphModule directly, and a guard-changing workload
+compared with ``torch.compile(backend="eager")`` recompiling.
+
+    python tools/specializer_bench.py [--repeats 200] [--json]
+
+Timings are medians of interleaved calls (wrapper and direct alternate), so
+machine noise hits both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import warnings
+from typing import Any, Callable, Dict, List
+
+import torch
+from torch import nn
+
+import specfx
+from specfx import Policy
+
+
+class Small(nn.Module):
+    """A two-layer MLP with a shape predicate: a ~tens of microseconds forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(32, 64), nn.Linear(64, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.a(x))
+        if x.shape[0] > 1:
+            y = y - y.mean(0)
+        return self.b(y)
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.reduce = nn.Conv2d(channels, channels // 4, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels // 4)
+        self.conv = nn.Conv2d(channels // 4, channels // 4, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels // 4)
+        self.expand = nn.Conv2d(channels // 4, channels, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.reduce(x)))
+        y = torch.relu(self.bn2(self.conv(y)))
+        return torch.relu(x + self.bn3(self.expand(y)))
+
+
+class ResNetLike(nn.Module):
+    def __init__(self, blocks: int = 16, channels: int = 64) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.blocks = nn.Sequential(*[Bottleneck(channels) for _ in range(blocks)])
+        self.head = nn.Linear(channels, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.stem(x))
+        if x.shape[-1] > 1:
+            x = x.mean((2, 3))
+        else:
+            x = x.flatten(1)
+        return self.head(x)
+
+
+class Gated(nn.Module):
+    """Takes one of two paths depending on the data: a guard-changing workload."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        if y.sum() > 0:
+            return torch.relu(y) * 2
+        return torch.tanh(y)
+
+
+def _interleaved(a: Callable[[], Any], b: Callable[[], Any], repeats: int) -> Dict[str, float]:
+    times: Dict[str, List[float]] = {"a": [], "b": []}
+    for index in range(repeats):
+        order = (("a", a), ("b", b)) if index % 2 == 0 else (("b", b), ("a", a))
+        for key, fn in order:
+            start = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - start)
+    return {key: statistics.median(values) * 1e6 for key, values in times.items()}
+
+
+def steady_state(name: str, model: nn.Module, x: torch.Tensor, policy: Policy, repeats: int) -> Dict[str, Any]:
+    """Wrapper vs. the chosen variant called directly, in microseconds."""
+    spec = specfx.Specializer(model, policy)
+    with torch.no_grad():
+        spec(x)
+        variant = spec.variants[0]
+        for _ in range(10):
+            spec(x), variant(x)
+        medians = _interleaved(lambda: spec(x), lambda: variant(x), repeats)
+    return {"model": name, "wrapper_us": round(medians["a"], 2), "direct_us": round(medians["b"], 2),
+            "overhead": round(medians["a"] / medians["b"] - 1, 4),
+            "prologue_guards": 0 if spec._all[0].prologue is None else sum(
+                1 for n in spec._all[0].prologue.graph.nodes if n.op == "call_function"
+                and n.target.__module__ == "specfx")}
+
+
+def guard_changing(repeats: int) -> Dict[str, Any]:
+    """Alternate inputs that take the two paths of Gated: Specializer vs torch.compile(eager)."""
+    torch.manual_seed(0)
+    model = Gated().eval()
+    xs = [torch.randn(8, 16) for _ in range(64)]
+    pos = next(x for x in xs if model.lin(x).sum() > 0)
+    neg = next(x for x in xs if model.lin(x).sum() <= 0)
+    workload = [pos, neg] * (repeats // 2)
+    result: Dict[str, Any] = {"calls": len(workload)}
+    with torch.no_grad():
+        start = time.perf_counter()
+        spec = specfx.Specializer(model, Policy(bool=True))
+        for x in workload:
+            spec(x)
+        result["specializer_total_ms"] = round((time.perf_counter() - start) * 1e3, 2)
+        result["specializer_variants"] = len(spec.variants)
+        try:
+            from torch import _dynamo
+
+            _dynamo.reset()
+            compiled = torch.compile(model, backend="eager")
+            start = time.perf_counter()
+            for x in workload:
+                compiled(x)
+            result["compile_eager_total_ms"] = round((time.perf_counter() - start) * 1e3, 2)
+            steady = _interleaved(lambda: spec(pos), lambda: compiled(pos), max(50, repeats))
+            result["steady_us"] = {"specializer": round(steady["a"], 2), "compile_eager": round(steady["b"], 2)}
+        except Exception as error:  # torch.compile unavailable on this platform
+            result["compile_eager_total_ms"] = f"fails: {type(error).__name__}: {str(error).splitlines()[0]}"
+    return result
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    rows = [
+        steady_state("small MLP (batch 8)", Small().eval(), torch.randn(8, 32), Policy(bool=True), args.repeats),
+        steady_state("ResNet-like (16 bottlenecks)", ResNetLike().eval(), torch.randn(1, 3, 32, 32),
+                     Policy(bool=True), max(20, args.repeats // 10)),
+    ]
+    changing = guard_changing(args.repeats)
+    if args.json:
+        print(json.dumps({"steady_state": rows, "guard_changing": changing}, indent=2))
+        return 0
+    print(f"{'model':<30} {'wrapper us':>11} {'direct us':>10} {'overhead':>9} {'prologue guards':>16}")
+    for row in rows:
+        print(f"{row['model']:<30} {row['wrapper_us']:>11.1f} {row['direct_us']:>10.1f} "
+              f"{row['overhead']:>8.1%} {row['prologue_guards']:>16}")
+    print("\nguard-changing workload (alternating data-dependent paths):")
+    for key, value in changing.items():
+        print(f"  {key}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
