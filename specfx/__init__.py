@@ -9,7 +9,7 @@ recorded, explained and guarded.
 2
 """
 
-from ._guards import (
+from ._guards import (  # noqa: F401 - guard_* are referenced by generated graph code
     Specialization,
     guard_float,
     guard_index,

@@ -20,7 +20,6 @@ import torch.fx
 
 from ._guards import GUARDS
 from ._messages import short_repr
-from ._policy import Policy
 from ._report import explain as explain_graph
 from .errors import GuardError, SpecfxError
 

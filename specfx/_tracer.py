@@ -20,33 +20,27 @@ import math
 import operator
 import threading
 import types
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 import torch
 import torch.fx
-from torch.fx import _symbolic_trace
-from torch.fx.node import Node, map_aggregate
+from torch.fx.node import Node
 from torch.fx.proxy import Proxy
 
 from . import _messages
 from ._guards import GUARDS, Specialization
 from ._policy import Layer, Policy, Resolved, Specialize, resolve
 from ._scope import annotations_active, current_layers, fresh_layers, push_layer, reset_layers
+from ._evaluation import Unevaluable, concrete_values, mark_provenance, proxies_in, run_op, tensor_meta
 from ._source import SourceLocation, is_user_file, user_location
 from ._values import (
     MISSING,
     SCALAR_METHODS,
-    SHAPE_ATTRIBUTES,
     SHAPE_METHODS,
     ValueAttribute,
     ValueProxy,
     value_of,
 )
-
-try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch version lacks it
-    from torch.fx.passes.shape_prop import _extract_tensor_metadata
-except ImportError:  # pragma: no cover - depends on the torch version
-    _extract_tensor_metadata = None
 
 __all__ = ["SpecTracer"]
 
@@ -58,11 +52,6 @@ _ACTIVE_TRACER: contextvars.ContextVar[Optional["SpecTracer"]] = contextvars.Con
 )
 
 _VIEW_METHODS = frozenset({"keys", "values", "items"})
-_INPLACE_FUNCTIONS = frozenset(
-    {operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
-     operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
-     operator.ilshift, operator.irshift, operator.imatmul}
-)
 
 
 def _instruction_at(frame: types.FrameType) -> Optional[dis.Instruction]:
@@ -75,12 +64,6 @@ def _instruction_at(frame: types.FrameType) -> Optional[dis.Instruction]:
 
 
 _INSTRUCTIONS: Dict[types.CodeType, Dict[int, dis.Instruction]] = {}
-
-
-class _Unevaluable(BaseException):
-    """A proxy reached the tracer while a concrete value was being computed (it hid
-    inside an object the evaluation could not see into): that node has no value.
-    A BaseException, so that ``except Exception`` in model code cannot swallow it."""
 
 
 def _is_meta(value: Any) -> bool:
@@ -242,47 +225,23 @@ class SpecTracer(torch.fx.Tracer):
         """Called for every new node: computes the node's concrete value first
         (so a failing op leaves no node behind) and attaches it to the proxy."""
         if self._evaluating:
-            raise _Unevaluable()
+            raise Unevaluable()
         value = self._evaluate(kind, target, args, kwargs)
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         if type(proxy) is not ValueProxy:
             return proxy
         state = proxy.__dict__
-        self._mark_provenance(state, kind, target, args, kwargs, value)
+        mark_provenance(state, kind, target, args, kwargs, value)
         if value is MISSING:
             return proxy
         state["_specfx_value"] = value
         if kind == "call_method" and target in _VIEW_METHODS and isinstance(value_of(args[0]), dict):
             state["_specfx_mapping"] = args[0]
-        meta = _tensor_meta(value)
+        meta = tensor_meta(value)
         if meta is not None:
             proxy.node.meta["tensor_meta"] = meta
         proxy.node.meta["type"] = type(value)
         return proxy
-
-    @staticmethod
-    def _mark_provenance(
-        state: Dict[str, Any], kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], value: Any
-    ) -> None:
-        """Mark values computed from shapes only (int() of them is a SHAPES decision)
-        and those read from a size-0/1 dimension (decisions on them are degenerate)."""
-        shape_read = (kind == "call_method" and target in SHAPE_METHODS) or (
-            target is getattr and len(args) > 1 and args[1] in SHAPE_ATTRIBUTES
-        )
-        inputs = list(_proxies_in(args, kwargs))
-        derived = kind in ("call_function", "call_method") and bool(inputs) and all(
-            a.__dict__.get("_specfx_shape", False) for a in inputs
-        )
-        if not (shape_read or derived):
-            return
-        state["_specfx_shape"] = True
-        reads_size = (kind == "call_method" and target in ("size", "numel", "nelement")
-                      and (target != "size" or len(args) > 1 or bool(kwargs))) or (
-            target is operator.getitem and isinstance(value_of(args[0]), torch.Size))
-        if (reads_size and type(value) is int and value in (0, 1)) or any(
-            a.__dict__.get("_specfx_degenerate", False) for a in inputs
-        ):
-            state["_specfx_degenerate"] = True
 
     def _evaluate(self, kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         if kind == "placeholder":
@@ -295,50 +254,15 @@ class SpecTracer(torch.fx.Tracer):
             # Without examples nothing runs, as in torch.fx; parameters still carry
             # themselves so that param_shapes_constant can read their shapes.
             return MISSING
-        missing = False
-
-        def concrete(a: Any) -> Any:
-            nonlocal missing
-            if isinstance(a, Proxy):
-                value = value_of(a)
-                if value is MISSING:
-                    missing = True
-                return value
-            return a
-
-        values = map_aggregate(args, concrete)
-        kw_values = map_aggregate(kwargs, concrete)
-        if missing:
+        values = concrete_values(args, kwargs)
+        if values is None:
             return MISSING
         self._evaluating += 1
-        fx_flag = _symbolic_trace._is_fx_tracing_flag
-        _symbolic_trace._is_fx_tracing_flag = False  # leaves that ask "am I traced?" run as in eager
         try:
-            if kind == "get_attr":
-                return operator.attrgetter(target)(self.root)
-            if kind == "call_function":
-                if target in _INPLACE_FUNCTIONS or getattr(target, "__name__", "").endswith("_"):
-                    self.protect(values[0] if values else None)
-                return target(*values, **kw_values)
-            if kind == "call_method":
-                if target.endswith("_") and not target.startswith("_"):
-                    self.protect(values[0])
-                return getattr(values[0], target)(*values[1:], **kw_values)
-            if kind == "call_module":
-                module = self.root.get_submodule(target)
-                if not (type(module).__module__.startswith(("torch.nn", "torch.ao.nn"))):
-                    # user-defined leaves may mutate their own parameters
-                    for param in module.parameters():
-                        self.protect(param)
-                return module(*values, **kw_values)
-            raise ValueError(f"unknown node kind {kind!r}")
-        except _Unevaluable:
+            return run_op(self.root, kind, target, values[0], values[1], self.protect)
+        except Unevaluable:
             return MISSING
-        except Exception as error:
-            _add_note(error, f"(raised while specfx computed the example value of a `{_describe_target(kind, target)}` call)")
-            raise
         finally:
-            _symbolic_trace._is_fx_tracing_flag = fx_flag
             self._evaluating -= 1
 
     # -- decisions -------------------------------------------------------------------------
@@ -365,7 +289,7 @@ class SpecTracer(torch.fx.Tracer):
         """Check ``flag`` against the policy in force, then record the
         specialization and emit its guard (once per node and property)."""
         if self._evaluating:
-            raise _Unevaluable()
+            raise Unevaluable()
         if location is None:
             location = user_location(2)
         if flag is not Specialize.NONE and not allowed_by_params:
@@ -407,7 +331,7 @@ class SpecTracer(torch.fx.Tracer):
 
     def _require_value(self, proxy: ValueProxy, operation: str, flag: Specialize, kind: str) -> Any:
         if self._evaluating:
-            raise _Unevaluable()
+            raise Unevaluable()
         value = value_of(proxy)
         if value is MISSING:
             raise _messages.no_value_error(operation, flag, user_location(3), _name(proxy), kind)
@@ -435,7 +359,7 @@ class SpecTracer(torch.fx.Tracer):
     def resolve_iter(self, proxy: ValueProxy, frame: types.FrameType) -> Iterator[Any]:
         """Called for ``iter(proxy)``: loops, unpacking, ``*proxy``, ``tuple(proxy)``."""
         if self._evaluating:
-            raise _Unevaluable()
+            raise Unevaluable()
         instruction = _instruction_at(frame)
         unpacking = instruction is not None and instruction.opname == "UNPACK_SEQUENCE"
         value = value_of(proxy)
@@ -514,7 +438,7 @@ class SpecTracer(torch.fx.Tracer):
         """Called for ``proxy.name(...)``: shape methods under SHAPES and
         ``.item()``/``.tolist()`` under SCALARS return Python values; all else is a node."""
         value = value_of(root)
-        if isinstance(value, torch.Tensor) and not any(True for _ in _proxies_in(args, kwargs)):
+        if isinstance(value, torch.Tensor) and not any(True for _ in proxies_in(args, kwargs)):
             if name in SHAPE_METHODS and self._shapes_allowed(root):
                 result = getattr(value, name)(*args, **kwargs)
                 dims = args or tuple(kwargs.values())
@@ -570,18 +494,6 @@ def _put_varargs_before_keyword_only(graph: torch.fx.Graph, root_fn: Callable[..
         first_keyword_only.prepend(star)
 
 
-def _proxies_in(args: Sequence[Any], kwargs: Dict[str, Any]) -> Iterator[ValueProxy]:
-    found: list[ValueProxy] = []
-
-    def collect(a: Any) -> Any:
-        if type(a) is ValueProxy or isinstance(a, ValueProxy):
-            found.append(a)
-        return a
-
-    map_aggregate((tuple(args), kwargs), collect)
-    return iter(found)
-
-
 def _name(proxy: ValueProxy) -> str:
     node = proxy.node if type(proxy) is ValueProxy else None
     if node is None:
@@ -614,30 +526,3 @@ def _config_fix(proxy: ValueProxy, value: Any) -> Optional[str]:
     if type(proxy) is ValueProxy and proxy.node.op == "placeholder" and not isinstance(value, torch.Tensor):
         return f"or bake the input in with concrete_args={{{proxy.node.target!r}: {value!r}}}"
     return None
-
-
-def _describe_target(kind: str, target: Any) -> str:
-    if isinstance(target, str):
-        return target
-    return getattr(target, "__qualname__", getattr(target, "__name__", repr(target)))
-
-
-def _add_note(error: BaseException, note: str) -> None:
-    if hasattr(error, "add_note"):  # Python >= 3.11
-        error.add_note(note)
-
-
-def _tensor_meta(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return _metadata(value)
-    if isinstance(value, (tuple, list)) and value and all(isinstance(v, torch.Tensor) for v in value):
-        return type(value)(_metadata(v) for v in value) if type(value) in (tuple, list) else tuple(
-            _metadata(v) for v in value
-        )
-    return None
-
-
-def _metadata(tensor: torch.Tensor) -> Any:
-    if _extract_tensor_metadata is None:  # pragma: no cover - depends on the torch version
-        return {"shape": tensor.shape, "dtype": tensor.dtype}
-    return _extract_tensor_metadata(tensor)

@@ -1,0 +1,150 @@
+"""Computing a node's concrete value from the values of its inputs.
+
+Used by the tracer for every new node. Values hide no proxies: an input
+without a value (traced symbolically, or a proxy hidden inside an opaque
+object that reaches the tracer while the op runs) leaves the node without one.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
+
+import torch
+from torch.fx import _symbolic_trace
+from torch.fx.node import map_aggregate
+from torch.fx.proxy import Proxy
+
+from ._values import MISSING, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, value_of
+
+try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch version lacks it
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+except ImportError:  # pragma: no cover - depends on the torch version
+    _extract_tensor_metadata = None
+
+__all__ = ["Unevaluable", "concrete_values", "mark_provenance", "proxies_in", "run_op", "tensor_meta"]
+
+
+class Unevaluable(BaseException):
+    """A proxy reached the tracer while a concrete value was being computed (it hid
+    inside an object the evaluation could not see into): that node has no value.
+    A BaseException, so that ``except Exception`` in model code cannot swallow it."""
+
+
+_INPLACE_FUNCTIONS = frozenset(
+    {operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+     operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
+     operator.ilshift, operator.irshift, operator.imatmul}
+)
+
+
+def concrete_values(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any]]:
+    """``(args, kwargs)`` with every proxy replaced by its value; None if one has none."""
+    missing = False
+
+    def concrete(a: Any) -> Any:
+        nonlocal missing
+        if isinstance(a, Proxy):
+            value = value_of(a)
+            if value is MISSING:
+                missing = True
+            return value
+        return a
+
+    values = map_aggregate(args, concrete)
+    kw_values = map_aggregate(kwargs, concrete)
+    return None if missing else (values, kw_values)
+
+
+def run_op(
+    root: torch.nn.Module, kind: str, target: Any, values: Any, kw_values: Any, protect: Callable[[Any], None]
+) -> Any:
+    """Run one node's op eagerly. ``protect(tensor)`` is called first for
+    tensors the op may write to (so their state can be restored after tracing)."""
+    fx_flag = _symbolic_trace._is_fx_tracing_flag
+    _symbolic_trace._is_fx_tracing_flag = False  # leaves that ask "am I traced?" run as in eager
+    try:
+        if kind == "get_attr":
+            return operator.attrgetter(target)(root)
+        if kind == "call_function":
+            if target in _INPLACE_FUNCTIONS or getattr(target, "__name__", "").endswith("_"):
+                protect(values[0] if values else None)
+            return target(*values, **kw_values)
+        if kind == "call_method":
+            if target.endswith("_") and not target.startswith("_"):
+                protect(values[0])
+            return getattr(values[0], target)(*values[1:], **kw_values)
+        if kind == "call_module":
+            module = root.get_submodule(target)
+            if not type(module).__module__.startswith(("torch.nn", "torch.ao.nn")):
+                for param in module.parameters():  # user-defined leaves may write their parameters
+                    protect(param)
+            return module(*values, **kw_values)
+        raise ValueError(f"unknown node kind {kind!r}")
+    except Unevaluable:
+        raise
+    except Exception as error:
+        if hasattr(error, "add_note"):  # Python >= 3.11
+            error.add_note(f"(raised while specfx computed the example value of a `{_describe_target(target)}` call)")
+        raise
+    finally:
+        _symbolic_trace._is_fx_tracing_flag = fx_flag
+
+
+def mark_provenance(
+    state: Dict[str, Any], kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], value: Any
+) -> None:
+    """Mark values computed from shapes only (int() of them is a SHAPES decision)
+    and those read from a size-0/1 dimension (decisions on them are degenerate)."""
+    shape_read = (kind == "call_method" and target in SHAPE_METHODS) or (
+        target is getattr and len(args) > 1 and args[1] in SHAPE_ATTRIBUTES
+    )
+    inputs = list(proxies_in(args, kwargs))
+    derived = kind in ("call_function", "call_method") and bool(inputs) and all(
+        a.__dict__.get("_specfx_shape", False) for a in inputs
+    )
+    if not (shape_read or derived):
+        return
+    state["_specfx_shape"] = True
+    reads_size = (kind == "call_method" and target in ("size", "numel", "nelement")
+                  and (target != "size" or len(args) > 1 or bool(kwargs))) or (
+        target is operator.getitem and isinstance(value_of(args[0]), torch.Size))
+    if (reads_size and type(value) is int and value in (0, 1)) or any(
+        a.__dict__.get("_specfx_degenerate", False) for a in inputs
+    ):
+        state["_specfx_degenerate"] = True
+
+
+def proxies_in(args: Sequence[Any], kwargs: Dict[str, Any]) -> Iterator[ValueProxy]:
+    """The specfx proxies anywhere in ``args``/``kwargs`` (lists, tuples, dicts, slices)."""
+    found: list[ValueProxy] = []
+
+    def collect(a: Any) -> Any:
+        if isinstance(a, ValueProxy):
+            found.append(a)
+        return a
+
+    map_aggregate((tuple(args), kwargs), collect)
+    return iter(found)
+
+
+def _describe_target(target: Any) -> str:
+    if isinstance(target, str):
+        return target
+    return getattr(target, "__qualname__", getattr(target, "__name__", repr(target)))
+
+
+def tensor_meta(value: Any) -> Any:
+    """``node.meta["tensor_meta"]`` for a tensor or a list/tuple of tensors (as ShapeProp stores it)."""
+    if isinstance(value, torch.Tensor):
+        return _metadata(value)
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, torch.Tensor) for v in value):
+        container = type(value) if type(value) in (tuple, list) else tuple  # namedtuples: plain tuple
+        return container(_metadata(v) for v in value)
+    return None
+
+
+def _metadata(tensor: torch.Tensor) -> Any:
+    if _extract_tensor_metadata is None:  # pragma: no cover - depends on the torch version
+        return {"shape": tensor.shape, "dtype": tensor.dtype}
+    return _extract_tensor_metadata(tensor)
