@@ -52,6 +52,11 @@ _ACTIVE_TRACER: contextvars.ContextVar[Optional["SpecTracer"]] = contextvars.Con
 )
 
 _VIEW_METHODS = frozenset({"keys", "values", "items"})
+# Constants that torch.fx's Tracer.create_arg returns unchanged after several type checks.
+_PLAIN_ARGUMENT_TYPES = frozenset(
+    {int, float, bool, str, complex, type(None), type(...), torch.dtype, torch.device, torch.memory_format,
+     torch.layout}
+)
 
 
 def _instruction_at(frame: types.FrameType) -> Optional[dis.Instruction]:
@@ -190,6 +195,8 @@ class SpecTracer(torch.fx.Tracer):
         (checked first: a proxy answers ``isinstance`` as its value does)."""
         if isinstance(a, Proxy):
             return a.node
+        if type(a) in _PLAIN_ARGUMENT_TYPES:  # torch.fx's Tracer checks these slowly, for nothing
+            return a
         return super().create_arg(a)
 
     def create_args_for_root(self, root_fn: Callable[..., Any], is_module: bool, concrete_args: Any = None) -> Any:
