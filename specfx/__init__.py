@@ -11,6 +11,8 @@ recorded, explained and guarded.
 
 from ._guards import (  # noqa: F401 - guard_* are referenced by generated graph code
     Specialization,
+    guard_device,
+    guard_dtype,
     guard_float,
     guard_index,
     guard_int,

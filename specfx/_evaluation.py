@@ -22,7 +22,7 @@ try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch vers
 except ImportError:  # pragma: no cover - depends on the torch version
     _extract_tensor_metadata = None
 
-__all__ = ["Unevaluable", "concrete_values", "mark_provenance", "proxies_in", "run_op", "tensor_meta"]
+__all__ = ["INPLACE_FUNCTIONS", "Unevaluable", "concrete_values", "mark_provenance", "proxies_in", "run_op", "tensor_meta"]
 
 
 class Unevaluable(BaseException):
@@ -31,7 +31,7 @@ class Unevaluable(BaseException):
     A BaseException, so that ``except Exception`` in model code cannot swallow it."""
 
 
-_INPLACE_FUNCTIONS = frozenset(
+INPLACE_FUNCTIONS = frozenset(
     {operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
      operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
      operator.ilshift, operator.irshift, operator.imatmul}
@@ -67,7 +67,7 @@ def run_op(
         if kind == "get_attr":
             return operator.attrgetter(target)(root)
         if kind == "call_function":
-            if target in _INPLACE_FUNCTIONS or getattr(target, "__name__", "").endswith("_"):
+            if target in INPLACE_FUNCTIONS or getattr(target, "__name__", "").endswith("_"):
                 protect(values[0] if values else None)
             return target(*values, **kw_values)
         if kind == "call_method":

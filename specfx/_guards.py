@@ -148,6 +148,20 @@ def guard_tolist(value: Any, expected: Any, what: str, where: str) -> None:
         _fail(what, expected, actual, where)
 
 
+def guard_dtype(value: Any, expected: torch.dtype, what: str, where: str) -> None:
+    """Fail unless ``value.dtype == expected``."""
+    actual = _observe(what, expected, where, lambda: value.dtype)
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+def guard_device(value: Any, expected: torch.device, what: str, where: str) -> None:
+    """Fail unless ``value.device == expected``."""
+    actual = _observe(what, expected, where, lambda: value.device)
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
 def guard_keys(value: Any, expected: tuple, what: str, where: str) -> None:
     """Fail unless ``tuple(value.keys()) == expected``."""
     actual = _observe(what, expected, where, lambda: tuple(value.keys()))
@@ -193,6 +207,8 @@ GUARDS: Dict[str, Callable[..., None]] = {
     "item": guard_item,
     "tolist": guard_tolist,
     "keys": guard_keys,
+    "dtype": guard_dtype,
+    "device": guard_device,
     "is_none": guard_is_none,
     "is_tensor": guard_is_tensor,
 }
@@ -210,9 +226,9 @@ class Specialization:
     ``kind`` is what was read (``"iter"``, ``"unpack"``, ``"len"``,
     ``"bool"``, ``"shape"``, ``"size"``, ``"ndim"``, ``"numel"``, ``"int"``,
     ``"index"``, ``"float"``, ``"item"``, ``"tolist"``, ``"keys"``,
-    ``"is_none"``, ``"is_tensor"``), ``flag`` the :class:`Specialize` flag
+    ``"dtype"``, ``"device"``, ``"is_none"``, ``"is_tensor"``), ``flag`` the :class:`Specialize` flag
     that allowed it (``Specialize.NONE`` for decisions the code itself fixes,
-    such as unpacking into two names, or ``x is None``), ``value`` the traced
+    such as unpacking into two names, ``x is None`` or ``x.dtype``), ``value`` the traced
     value, ``expression`` what was read (``"len(x)"``), ``node`` the name of
     the graph node it was read from, ``location`` the user's source line,
     ``module`` the qualified name of the submodule being traced, ``guard`` the

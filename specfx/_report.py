@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -9,6 +10,8 @@ from ._guards import Specialization
 from ._messages import short_repr
 
 __all__ = ["explain"]
+
+_NUMBERED = re.compile(r"_\d+\b")
 
 
 def _specializations_of(gm: Any) -> Sequence[Specialization]:
@@ -41,13 +44,15 @@ def explain(gm: Any) -> str:
         return "specfx: no specializations - the graph is as general as torch.fx.symbolic_trace's"
     groups: Dict[Tuple[Any, ...], List[Specialization]] = {}
     for record in records:
-        key = (record.kind, record.flag, record.where, short_repr(record.value), record.source)
+        # the same check in every layer differs only in node-name suffixes (gt_3, gt_7)
+        key = (record.kind, record.flag, record.where, short_repr(record.value), record.source,
+               _NUMBERED.sub("", record.expression))
         groups.setdefault(key, []).append(record)
     header = ("#", "kind", "value", "flag", "count", "location", "guard", "source")
     rows = []
     for number, members in enumerate(groups.values(), start=1):
         first = members[0]
-        flag = first.flag.name if first.flag.name and first.flag.value else "(code)"
+        flag = first.flag.name if first.flag.value else "always"
         guard = first.guard_description if first.guard else "NOT GUARDED"
         rows.append((str(number), first.kind, short_repr(first.value), flag, str(len(members)),
                      first.where, guard, first.source))

@@ -79,9 +79,13 @@ class SourceLocation(NamedTuple):
 
     @property
     def short_filename(self) -> str:
-        """The file name relative to the working directory when it is inside it."""
+        """The file name relative to the working directory when it is inside it,
+        or from the package down for installed packages."""
         if self.filename.startswith("<"):
             return self.filename
+        marker = os.sep + "site-packages" + os.sep
+        if marker in self.filename:
+            return self.filename.rsplit(marker, 1)[1]
         try:
             relative = os.path.relpath(self.filename)
         except ValueError:  # another drive on Windows

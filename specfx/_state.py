@@ -16,7 +16,10 @@ import warnings
 from typing import Any, Dict, Iterator, List, Tuple
 
 import torch
+import torch.fx
 from torch.utils import _pytree as pytree
+
+from ._evaluation import INPLACE_FUNCTIONS
 
 __all__ = ["StateKeeper", "clone_example", "preserved_state"]
 
@@ -47,12 +50,19 @@ class StateKeeper:
         self._cuda_rng = (
             torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         )
-        self._training: List[Tuple[torch.nn.Module, bool]] = []
+        # Each module's attributes and its parameter/buffer/submodule tables, shallowly:
+        # code that assigns `self.cache = x` or `self.count = self.count + 1` while traced
+        # would otherwise leave proxies (or new tensors) on the user's model.
+        self._tables: List[Tuple[str, torch.nn.Module, Dict[str, Any], Dict[str, Any], Dict[str, Any], Dict[str, Any]]] = []
         self._buffers: List[Tuple[torch.Tensor, torch.Tensor]] = []  # (buffer, its copy)
         self._params: Dict[int, Tuple[str, torch.Tensor, int]] = {}
         self._param_copies: Dict[int, torch.Tensor] = {}
+        self.assigned: List[str] = []  # "module.attr" names forward bound to traced values
         if self._module is not None:
-            self._training = [(m, m.training) for m in self._module.modules()]
+            self._tables = [
+                (name, m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules))
+                for name, m in self._module.named_modules()
+            ]
             for buffer in self._module.buffers():
                 if buffer.device.type != "meta":
                     self._buffers.append((buffer, buffer.detach().clone()))
@@ -70,13 +80,18 @@ class StateKeeper:
             self._param_copies[key] = value.detach().clone()
 
     def restore(self) -> None:
-        """Put RNG states, ``training`` flags, buffers and parameters back."""
+        """Put RNG states, module attributes (``training`` flags included), buffers and parameters back."""
         torch.set_rng_state(self._rng)
         random.setstate(self._python_rng)
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state_all(self._cuda_rng)
-        for module, training in self._training:  # every module is listed: no recursion needed
-            module.training = training
+        for name, module, attributes, parameters, buffers, children in self._tables:
+            for live, saved in ((module.__dict__, attributes), (module._parameters, parameters),
+                                (module._buffers, buffers), (module._modules, children)):
+                for key, value in _restore_table(live, saved):
+                    qualified = f"{name}.{key}" if name else key
+                    if not _updates_in_place(value, qualified):
+                        self.assigned.append(qualified)
         with torch.no_grad():
             for buffer, saved in self._buffers:
                 # Compare values, not version counters: BatchNorm's kernel updates its running
@@ -98,6 +113,26 @@ class StateKeeper:
                 RuntimeWarning,
                 stacklevel=3,
             )
+
+
+def _updates_in_place(value: Any, qualified: str) -> bool:
+    """``self.steps += 1``: the proxy bound back is an in-place op on that very attribute,
+    which the graph performs, so no state is lost."""
+    node = value.node
+    first = node.args[0] if node.args else None
+    return (isinstance(first, torch.fx.Node) and first.op == "get_attr" and first.target == qualified
+            and (node.target in INPLACE_FUNCTIONS or (isinstance(node.target, str) and node.target.endswith("_"))))
+
+
+def _restore_table(live: Dict[str, Any], saved: Dict[str, Any]) -> List[Tuple[str, Any]]:
+    """Make ``live`` hold exactly the objects ``saved`` held (by identity); return
+    the (key, proxy) pairs that had been bound to traced values."""
+    if live.keys() == saved.keys() and all(live[k] is v for k, v in saved.items()):
+        return []
+    traced = [(k, v) for k, v in live.items() if isinstance(v, torch.fx.Proxy) and saved.get(k) is not v]
+    live.clear()
+    live.update(saved)
+    return traced
 
 
 @contextlib.contextmanager

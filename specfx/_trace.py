@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import inspect
 import math
+import operator
 import types
 import warnings
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
@@ -82,17 +83,44 @@ def trace(
     tracer = SpecTracer(autowrap_modules, tuple(autowrap_functions), policy=policy,
                         leaf_modules=leaf_modules, guards=guards)
     examples = bind_examples(root, example_inputs, example_kwargs, concrete_args)
+    name = type(root).__name__ if isinstance(root, torch.nn.Module) else getattr(root, "__name__", "function")
     with preserved_state(root) as keeper:
         tracer.protect = keeper.protect
         tracer.set_examples(None if examples is None else clone_example(examples))
         graph = tracer.trace(root, concrete_args)
-    name = type(root).__name__ if isinstance(root, torch.nn.Module) else getattr(root, "__name__", "function")
-    gm = torch.fx.GraphModule(tracer.root, graph, name)
+        # Built before the state is restored: torch.fx stores tensor constants on the root
+        # (`_tensor_constant0`), which the GraphModule copies and the restore then removes.
+        gm = torch.fx.GraphModule(tracer.root, graph, name)
+    _unbind_traced_assignments(gm, root, keeper.assigned)
     attach(gm, tracer.specializations, policy)
     _warn_degenerate(tracer.specializations)
     if check_inputs is not None:
         check(gm, root, check_inputs)
     return gm
+
+
+def _unbind_traced_assignments(gm: torch.fx.GraphModule, root: Any, assigned: Sequence[str]) -> None:
+    """The model's forward stored traced values on itself (``self.count = self.count + 1``):
+    the GraphModule was built while those proxies sat on the model, so give it the
+    restored originals, and warn that the graph does not carry such state across calls."""
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            owner_path, _, attr = node.target.rpartition(".")
+            owner = gm.get_submodule(owner_path) if owner_path else gm
+            if isinstance(getattr(owner, attr, None), torch.fx.Proxy):
+                original = operator.attrgetter(node.target)(root)
+                if attr in owner._buffers:  # the proxy passed for a tensor and became a buffer
+                    owner._buffers[attr] = original
+                else:
+                    setattr(owner, attr, original)
+    if assigned:
+        warnings.warn(
+            f"forward assigns traced values to module attributes ({', '.join(assigned[:5])}"
+            f"{', ...' if len(assigned) > 5 else ''}); specfx left the model unchanged, and the graph "
+            f"does not store these values, so state carried from one call to the next is lost",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def attach(gm: torch.fx.GraphModule, specializations: Sequence[Specialization], policy: Policy) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import dis
 import inspect
+import linecache
 import math
 import operator
 import threading
@@ -37,6 +38,7 @@ from ._values import (
     MISSING,
     SCALAR_METHODS,
     SHAPE_METHODS,
+    TYPE_METHODS,
     ValueAttribute,
     ValueProxy,
     value_of,
@@ -113,7 +115,7 @@ class SpecTracer(torch.fx.Tracer):
         self._decided: set[Tuple[Any, ...]] = set()
         self._module_path: list[str] = []
         self._evaluating = 0
-        self._param_names: Optional[Dict[int, str]] = None
+        self._state_names: Optional[Dict[int, str]] = None  # id of a parameter/buffer -> qualified name
         self._base_layer = Layer(self.policy, f"trace(policy={self.policy!r})")
 
     def set_examples(self, examples: Optional[Dict[str, Any]]) -> None:
@@ -171,20 +173,22 @@ class SpecTracer(torch.fx.Tracer):
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: Dict[str, Any]) -> Any:
         """Called for module attribute reads: parameters become ``get_attr``
-        proxies carrying the parameter (buffers stay tensors, as in torch.fx)."""
-        if not self._is_tracing():
+        proxies carrying the parameter. With example inputs buffers do too, so
+        that ``self.position_ids[:, :seq_len]`` and decisions on buffers stay in
+        the graph (without examples buffers stay tensors, as in torch.fx)."""
+        if not self._is_tracing() or not isinstance(attr_val, torch.Tensor):
             return attr_val
-        if isinstance(attr_val, torch.nn.Parameter):
-            if self._param_names is None:
-                self._param_names = {id(p): n for n, p in self.root.named_parameters()}
-            name = self._param_names.get(id(attr_val))
-            if name is not None:
-                proxy = parameter_proxy_cache.get(name)
-                if proxy is None:
-                    proxy = parameter_proxy_cache[name] = self.create_proxy("get_attr", name, (), {})
-                return proxy
+        if self._state_names is None:
+            self._state_names = {id(p): n for n, p in self.root.named_parameters()}
+            self._state_names.update({id(b): n for n, b in self.root.named_buffers()})
+        is_parameter = isinstance(attr_val, torch.nn.Parameter)
+        name = self._state_names.get(id(attr_val))
+        if name is None or not (is_parameter or self.examples is not None or self.proxy_buffer_attributes):
             return attr_val
-        return super().getattr(attr, attr_val, parameter_proxy_cache)
+        proxy = parameter_proxy_cache.get(name)
+        if proxy is None:
+            proxy = parameter_proxy_cache[name] = self.create_proxy("get_attr", name, (), {})
+        return proxy
 
     def proxy(self, node: Node) -> ValueProxy:
         """Called to wrap each new node: specfx proxies carry values."""
@@ -206,8 +210,7 @@ class SpecTracer(torch.fx.Tracer):
         _put_varargs_before_keyword_only(self.graph, root_fn)
         if self.examples is None:
             return fn, args
-        code = getattr(root_fn, "__code__", None)
-        where = SourceLocation(code.co_filename, code.co_firstlineno, code.co_name) if code else None
+        where = _definition_line(root_fn)
         new_args = []
         for arg in args:
             if type(arg) is ValueProxy and arg.node.op == "placeholder" and value_of(arg) is None:
@@ -298,7 +301,7 @@ class SpecTracer(torch.fx.Tracer):
         if self._evaluating:
             raise Unevaluable()
         if location is None:
-            location = user_location(2)
+            location = user_location()
         if flag is not Specialize.NONE and not allowed_by_params:
             resolved = self._resolved()
             if flag not in resolved.flags:
@@ -341,7 +344,7 @@ class SpecTracer(torch.fx.Tracer):
             raise Unevaluable()
         value = value_of(proxy)
         if value is MISSING:
-            raise _messages.no_value_error(operation, flag, user_location(3), _name(proxy), kind)
+            raise _messages.no_value_error(operation, flag, user_location(), _name(proxy), kind)
         return value
 
     def resolve_bool(self, proxy: ValueProxy) -> bool:
@@ -374,7 +377,7 @@ class SpecTracer(torch.fx.Tracer):
             if unpacking:  # what torch.fx does: the code fixes the count
                 return (proxy[i] for i in range(instruction.argval))
             raise _messages.no_value_error(f"iterating over `{_name(proxy)}`", Specialize.ITER_LEN,
-                                           user_location(2), proxy.node.name)
+                                           user_location(), proxy.node.name)
         mapping = proxy.__dict__.get("_specfx_mapping")
         if isinstance(value, dict) or mapping is not None:
             return self._iterate_mapping(proxy, value, mapping)
@@ -429,6 +432,16 @@ class SpecTracer(torch.fx.Tracer):
             return None
         return result
 
+    def read_type_attribute(self, proxy: ValueProxy, name: str, attribute: Any) -> Any:
+        """Called for ``proxy.dtype`` / ``proxy.device`` (and ``is_floating_point()``...):
+        these follow from the input types, so they are read as values, as every
+        tracer does, and guarded (a float16 input then fails loudly)."""
+        kind = "device" if name in ("device", "is_cuda", "is_meta") else "dtype"
+        observed = value_of(proxy).device if kind == "device" else value_of(proxy).dtype
+        self._decide(proxy, kind, Specialize.NONE, observed, f"{_name(proxy)}.{kind}", (observed,),
+                     operation=f"`{_name(proxy)}.{name}`", dedupe=(proxy.node, kind))
+        return attribute
+
     def read_shape_attribute(self, proxy: ValueProxy, name: str, attribute: Any) -> Any:
         """Called for ``proxy.shape`` / ``proxy.ndim``: ints under SHAPES, else a symbolic node."""
         if not self._shapes_allowed(proxy):
@@ -445,6 +458,8 @@ class SpecTracer(torch.fx.Tracer):
         """Called for ``proxy.name(...)``: shape methods under SHAPES and
         ``.item()``/``.tolist()`` under SCALARS return Python values; all else is a node."""
         value = value_of(root)
+        if isinstance(value, torch.Tensor) and name in TYPE_METHODS:
+            return self.read_type_attribute(root, name, getattr(value, name)(*args, **kwargs))
         if isinstance(value, torch.Tensor) and not any(True for _ in proxies_in(args, kwargs)):
             if name in SHAPE_METHODS and self._shapes_allowed(root):
                 result = getattr(value, name)(*args, **kwargs)
@@ -472,8 +487,7 @@ class SpecTracer(torch.fx.Tracer):
 
     def _decide_shape(self, proxy: ValueProxy, kind: str, value: Any, expression: str, guard_args: Tuple[Any, ...]) -> None:
         self._decide(proxy, kind, Specialize.SHAPES, value, expression, guard_args,
-                     operation=f"`{expression}`", allowed_by_params=_is_parameter_node(proxy),
-                     location=user_location(3))
+                     operation=f"`{expression}`", allowed_by_params=_is_parameter_node(proxy))
 
     def note_type_read(self, proxy: ValueProxy, frame: types.FrameType) -> None:
         """Called when user code asks ``isinstance`` of an input: guard that it stays a tensor."""
@@ -483,6 +497,20 @@ class SpecTracer(torch.fx.Tracer):
         self._decide(proxy, "is_tensor", Specialize.NONE, True, _name(proxy),
                      (True,), operation=f"isinstance() of `{_name(proxy)}`",
                      dedupe=(proxy.node, "is_tensor"), location=location)
+
+
+def _definition_line(fn: Callable[..., Any]) -> Optional[SourceLocation]:
+    """The ``def`` line of ``fn`` (its code starts at the first decorator)."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return None
+    lineno = code.co_firstlineno
+    for offset in range(50):  # skip decorator lines
+        text = linecache.getline(code.co_filename, lineno + offset).lstrip()
+        if text.startswith(("def ", "async def ")):
+            lineno += offset
+            break
+    return SourceLocation(code.co_filename, lineno, getattr(code, "co_qualname", code.co_name))
 
 
 def _put_varargs_before_keyword_only(graph: torch.fx.Graph, root_fn: Callable[..., Any]) -> None:

@@ -11,6 +11,7 @@ attribute of the same name (``x.value`` must still mean the tensor's).
 
 from __future__ import annotations
 
+import operator
 import sys
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -20,7 +21,7 @@ from torch.fx.proxy import Attribute, Proxy
 if TYPE_CHECKING:
     from ._tracer import SpecTracer
 
-__all__ = ["MISSING", "ValueProxy", "ValueAttribute", "value_of"]
+__all__ = ["MISSING", "ValueAttribute", "ValueProxy", "value_of"]
 
 
 class _Missing:
@@ -41,6 +42,9 @@ MISSING: Any = _Missing()
 SHAPE_ATTRIBUTES = frozenset({"shape", "ndim"})
 SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement"})
 SCALAR_METHODS = frozenset({"item", "tolist"})
+# Tensor attributes/methods that read the dtype or device: values, guarded.
+TYPE_ATTRIBUTES = frozenset({"dtype", "device", "is_cuda", "is_meta", "is_quantized", "is_sparse"})
+TYPE_METHODS = frozenset({"is_floating_point", "is_complex", "is_signed", "element_size", "get_device"})
 
 
 def value_of(proxy: Proxy) -> Any:
@@ -73,6 +77,8 @@ class ValueProxy(Proxy):
             ) from None
         if name in SHAPE_ATTRIBUTES and isinstance(value, torch.Tensor):
             return self.tracer.read_shape_attribute(self, name, attribute)
+        if name in TYPE_ATTRIBUTES and isinstance(value, torch.Tensor):
+            return self.tracer.read_type_attribute(self, name, attribute)
         return ValueAttribute(self, name, attribute)
 
     @property  # type: ignore[misc]
@@ -118,6 +124,25 @@ class ValueProxy(Proxy):
 
     def __getitem__(self, index: Any) -> Any:
         return self.tracer.getitem(self, index)
+
+
+def _in_place(operator_name: str) -> Any:
+    target = getattr(operator, operator_name)
+
+    def in_place(self: ValueProxy, other: Any) -> Any:
+        # `self.steps += 1` on a buffer must update the buffer when the graph runs, as in
+        # eager; elsewhere `+=` stays the out-of-place op torch.fx records (NotImplemented).
+        if type(self) is ValueProxy and self.node.op == "get_attr":
+            return self.tracer.create_proxy("call_function", target, (self, other), {})
+        return NotImplemented
+
+    in_place.__name__ = f"__{operator_name}__"
+    return in_place
+
+
+for _name in ("iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul",
+              "iand", "ior", "ixor", "ilshift", "irshift"):
+    setattr(ValueProxy, f"__{_name}__", _in_place(_name))
 
 
 class ValueAttribute(ValueProxy, Attribute):

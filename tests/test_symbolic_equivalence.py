@@ -191,10 +191,10 @@ class ConvBlock(nn.Module):
 
 
 class ScalarMethods(nn.Module):
-    """.item()/.tolist()/x.dtype stay call_method / getattr nodes without SCALARS."""
+    """.item() stays a call_method node without SCALARS (x.dtype is read as a guarded value: see test_tracer)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * x.sum().item() + torch.zeros(x.shape, dtype=x.dtype)
+        return x * x.sum().item() + torch.zeros(x.shape)
 
 
 class Case(NamedTuple):

@@ -354,6 +354,79 @@ class TestIdentity:
             gm((torch.ones(2), torch.ones(2)))
 
 
+class TestTypes:
+    def test_dtype_and_device_are_guarded_values(self):
+        """x.dtype / x.device / is_floating_point() are values (torch.finfo works) and guarded."""
+
+        def f(x):
+            eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0
+            return torch.zeros(x.shape, dtype=x.dtype, device=x.device) + eps
+
+        gm = specfx.trace(f, torch.ones(2))
+        assert sorted(s.kind for s in gm.specializations) == ["device", "dtype"]
+        assert torch.equal(gm(torch.ones(3)), f(torch.ones(3)))
+        with pytest.raises(GuardError, match=r"x.dtype == torch.float32, but for this input x.dtype == torch.float64"):
+            gm(torch.ones(2, dtype=torch.float64))
+
+    def test_buffers_carry_values_with_examples(self):
+        """With examples a buffer sliced by a traced length stays symbolic (torch.fx cannot trace it)."""
+
+        class Positions(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("ids", torch.arange(32).view(1, 32))
+
+            def forward(self, x):
+                return x + self.ids[:, : x.shape[1]]
+
+        with pytest.raises(TypeError):
+            torch.fx.symbolic_trace(Positions())
+        gm = specfx.trace(Positions(), torch.zeros(2, 8))
+        assert gm.specializations == []
+        assert torch.equal(gm(torch.zeros(1, 5)), torch.arange(5.0).view(1, 5))
+
+    def test_assigning_attributes_leaves_the_model_unchanged(self):
+        """`self.count = self.count + 1` and `self.cache = x` in forward do not stick to the model."""
+
+        class Stateful(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("count", torch.zeros(()))
+
+            def forward(self, x):
+                self.count = self.count + 1
+                self.cache = x
+                return x * self.count
+
+        model = Stateful()
+        buffer = model.count
+        with pytest.warns(UserWarning, match=r"forward assigns traced values to module attributes \(cache, count\)"):
+            gm = specfx.trace(model, torch.ones(2))
+        assert model.count is buffer and torch.equal(buffer, torch.zeros(())) and "cache" not in vars(model)
+        assert not any(name.startswith("_tensor_constant") for name in vars(model))
+        assert torch.equal(gm(torch.ones(2)), torch.ones(2))
+
+
+class TestBufferUpdates:
+    def test_in_place_buffer_update_runs_in_the_graph(self):
+        """`self.steps += 1` on a buffer is an in-place node: the graph keeps counting, as eager does."""
+
+        class Counter(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+            def forward(self, x):
+                self.steps += 1
+                return x * self.steps
+
+        model = Counter()
+        gm = specfx.trace(model, torch.ones(2))
+        assert model.steps.item() == 0
+        assert "+=" in gm.code
+        assert [gm(torch.ones(2))[0].item() for _ in range(3)] == [1.0, 2.0, 3.0]
+
+
 class TestSetItemAndMath:
     def test_setitem_is_recorded(self):
         """x[idx] = v on a traced tensor becomes an operator.setitem node."""
