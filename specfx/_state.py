@@ -115,6 +115,9 @@ class StateKeeper:
             )
 
 
+_ABSENT = object()
+
+
 def _updates_in_place(value: Any, qualified: str) -> bool:
     """``self.steps += 1``: the proxy bound back is an in-place op on that very attribute,
     which the graph performs, so no state is lost."""
@@ -130,8 +133,12 @@ def _restore_table(live: Dict[str, Any], saved: Dict[str, Any]) -> List[Tuple[st
     if live.keys() == saved.keys() and all(live[k] is v for k, v in saved.items()):
         return []
     traced = [(k, v) for k, v in live.items() if isinstance(v, torch.fx.Proxy) and saved.get(k) is not v]
-    live.clear()
-    live.update(saved)
+    # Key by key, never clear(): other threads may be running this module meanwhile.
+    for key in [k for k in live if k not in saved]:
+        del live[key]
+    for key, value in saved.items():
+        if live.get(key, _ABSENT) is not value:
+            live[key] = value
     return traced
 
 
