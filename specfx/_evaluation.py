@@ -144,7 +144,20 @@ def tensor_meta(value: Any) -> Any:
     return None
 
 
+# TensorMetadata is an immutable named tuple that depends only on this key for ordinary
+# (strided, non-quantized) tensors, and torch computes its memory format slowly in Python.
+_METADATA_CACHE: Dict[Tuple[Any, ...], Any] = {}
+
+
 def _metadata(tensor: torch.Tensor) -> Any:
     if _extract_tensor_metadata is None:  # pragma: no cover - depends on the torch version
         return {"shape": tensor.shape, "dtype": tensor.dtype}
-    return _extract_tensor_metadata(tensor)
+    if tensor.layout is not torch.strided or tensor.is_quantized:
+        return _extract_tensor_metadata(tensor)
+    key = (tensor.shape, tensor.stride(), tensor.dtype, tensor.requires_grad)
+    meta = _METADATA_CACHE.get(key)
+    if meta is None:
+        if len(_METADATA_CACHE) > 8192:
+            _METADATA_CACHE.clear()
+        meta = _METADATA_CACHE[key] = _extract_tensor_metadata(tensor)
+    return meta

@@ -8,6 +8,7 @@ once (a dict lookup afterwards) and the source text is read lazily through
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
@@ -81,16 +82,7 @@ class SourceLocation(NamedTuple):
     def short_filename(self) -> str:
         """The file name relative to the working directory when it is inside it,
         or from the package down for installed packages."""
-        if self.filename.startswith("<"):
-            return self.filename
-        marker = os.sep + "site-packages" + os.sep
-        if marker in self.filename:
-            return self.filename.rsplit(marker, 1)[1]
-        try:
-            relative = os.path.relpath(self.filename)
-        except ValueError:  # another drive on Windows
-            return self.filename
-        return self.filename if relative.startswith("..") else relative
+        return _shorten(self.filename, os.getcwd())
 
     def __str__(self) -> str:
         return f"{self.short_filename}:{self.lineno}"
@@ -99,6 +91,20 @@ class SourceLocation(NamedTuple):
         """``file:line: source text`` for messages."""
         text = self.text
         return f"{self}: {text}" if text else str(self)
+
+
+@functools.lru_cache(maxsize=1024)
+def _shorten(filename: str, cwd: str) -> str:
+    if filename.startswith("<"):
+        return filename
+    marker = os.sep + "site-packages" + os.sep
+    if marker in filename:
+        return filename.rsplit(marker, 1)[1]
+    try:
+        relative = os.path.relpath(filename, cwd)
+    except ValueError:  # another drive on Windows
+        return filename
+    return filename if relative.startswith("..") else relative
 
 
 def _qualname(frame: types.FrameType) -> str:

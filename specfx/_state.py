@@ -43,7 +43,7 @@ class StateKeeper:
     a parameter is copied the first time (buffers are copied up front).
     """
 
-    def __init__(self, root: Any, *, copy_parameters: bool = False) -> None:
+    def __init__(self, root: Any, *, copy_parameters: bool = False, runs_ops: bool = True) -> None:
         self._module = root if isinstance(root, torch.nn.Module) else None
         self._rng = torch.get_rng_state()
         self._python_rng = random.getstate()
@@ -63,9 +63,10 @@ class StateKeeper:
                 (name, m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules))
                 for name, m in self._module.named_modules()
             ]
-            for buffer in self._module.buffers():
-                if buffer.device.type != "meta":
-                    self._buffers.append((buffer, buffer.detach().clone()))
+            if runs_ops:  # without example inputs no op runs, so no tensor can change
+                for buffer in self._module.buffers():
+                    if buffer.device.type != "meta":
+                        self._buffers.append((buffer, buffer.detach().clone()))
             for name, param in self._module.named_parameters():
                 self._params[id(param)] = (name, param, param._version)
                 if copy_parameters:  # for eager runs, whose in-place writes specfx cannot see coming
@@ -143,10 +144,11 @@ def _restore_table(live: Dict[str, Any], saved: Dict[str, Any]) -> List[Tuple[st
 
 
 @contextlib.contextmanager
-def preserved_state(root: Any, *, copy_parameters: bool = False) -> Iterator[StateKeeper]:
+def preserved_state(root: Any, *, copy_parameters: bool = False, runs_ops: bool = True) -> Iterator[StateKeeper]:
     """Snapshot ``root``'s mutable state and the RNGs; restore them on exit.
-    ``copy_parameters`` copies every parameter up front (for runs specfx does not trace)."""
-    keeper = StateKeeper(root, copy_parameters=copy_parameters)
+    ``copy_parameters`` copies every parameter up front (for runs specfx does not trace);
+    ``runs_ops=False`` (a symbolic trace) skips the tensor copies."""
+    keeper = StateKeeper(root, copy_parameters=copy_parameters, runs_ops=runs_ops)
     try:
         yield keeper
     finally:

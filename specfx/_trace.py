@@ -84,7 +84,7 @@ def trace(
                         leaf_modules=leaf_modules, guards=guards)
     examples = bind_examples(root, example_inputs, example_kwargs, concrete_args)
     name = type(root).__name__ if isinstance(root, torch.nn.Module) else getattr(root, "__name__", "function")
-    with preserved_state(root) as keeper:
+    with preserved_state(root, runs_ops=examples is not None) as keeper:
         tracer.protect = keeper.protect
         tracer.set_examples(None if examples is None else clone_example(examples))
         graph = tracer.trace(root, concrete_args)

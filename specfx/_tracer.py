@@ -176,8 +176,8 @@ class SpecTracer(torch.fx.Tracer):
         proxies carrying the parameter. With example inputs buffers do too, so
         that ``self.position_ids[:, :seq_len]`` and decisions on buffers stay in
         the graph (without examples buffers stay tensors, as in torch.fx)."""
-        if not self._is_tracing() or not isinstance(attr_val, torch.Tensor):
-            return attr_val
+        if self._evaluating or not isinstance(attr_val, torch.Tensor) or not self._is_tracing():
+            return attr_val  # (reads inside leaf modules being run come first: they are the many)
         if self._state_names is None:
             self._state_names = {id(p): n for n, p in self.root.named_parameters()}
             self._state_names.update({id(b): n for n, b in self.root.named_buffers()})
