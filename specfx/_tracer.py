@@ -13,6 +13,7 @@ same graph ``torch.fx.symbolic_trace`` does.
 
 from __future__ import annotations
 
+import builtins
 import contextvars
 import dis
 import inspect
@@ -41,8 +42,10 @@ from ._values import (
     TYPE_METHODS,
     ValueAttribute,
     ValueProxy,
+    traced_isinstance,
     value_of,
 )
+from ._values import _builtin_isinstance
 
 __all__ = ["SpecTracer"]
 
@@ -117,6 +120,7 @@ class SpecTracer(torch.fx.Tracer):
         self._evaluating = 0
         self._state_names: Optional[Dict[int, str]] = None  # id of a parameter/buffer -> qualified name
         self._base_layer = Layer(self.policy, f"trace(policy={self.policy!r})")
+        self._concrete_names: frozenset = frozenset()
 
     def set_examples(self, examples: Optional[Dict[str, Any]]) -> None:
         """Give the example value of each placeholder by name (``*args``/``**kwargs``
@@ -131,9 +135,19 @@ class SpecTracer(torch.fx.Tracer):
             active = _ACTIVE_TRACER.set(self)
             annotations = annotations_active().set(self.policy.annotations)
             token = fresh_layers()
+            self._concrete_names = frozenset(concrete_args or ())
+            # With values, Python-level isinstance() answers as a proxy's value does, in model
+            # code and library helpers alike (transformers checks `isinstance(mask, torch.Tensor)`
+            # in its mask utilities). C code keeps the real answer: a Proxy is never taken for a
+            # tensor there. Other threads' calls get the builtin's answers (they hold no proxies).
+            patch = self.examples is not None and builtins.isinstance is not traced_isinstance
+            if patch:
+                builtins.isinstance = traced_isinstance
             try:
                 return super().trace(root, concrete_args)
             finally:
+                if patch:
+                    builtins.isinstance = _builtin_isinstance
                 reset_layers(token)
                 annotations_active().reset(annotations)
                 _ACTIVE_TRACER.reset(active)
@@ -165,7 +179,13 @@ class SpecTracer(torch.fx.Tracer):
         )
         self._module_path.append(qualname)
         try:
-            return super().call_module(m, forward, args, kwargs)
+            result = super().call_module(m, forward, args, kwargs)
+            if type(result) is ValueProxy and result.node.op == "call_module" and value_of(result) is None:
+                # a leaf that returned None (no mask, no cache): None in the code, as in eager
+                self._decide(result, "is_none", Specialize.NONE, True, _name(result), (True,),
+                             operation=f"`{_name(result)}`")
+                return None
+            return result
         finally:
             self._module_path.pop()
             if token is not None:
@@ -259,6 +279,8 @@ class SpecTracer(torch.fx.Tracer):
                 return MISSING
             if target in self.examples:
                 return self.examples[target]
+            if any(target.startswith(name + "_") for name in self._concrete_names):
+                return MISSING  # torch.fx's stand-in for a concrete arg, only there to be checked
             return args[0] if args else MISSING
         if kind == "output" or (self.examples is None and kind != "get_attr"):
             # Without examples nothing runs, as in torch.fx; parameters still carry
@@ -490,8 +512,10 @@ class SpecTracer(torch.fx.Tracer):
                      operation=f"`{expression}`", allowed_by_params=_is_parameter_node(proxy))
 
     def note_type_read(self, proxy: ValueProxy, frame: types.FrameType) -> None:
-        """Called when user code asks ``isinstance`` of an input: guard that it stays a tensor."""
-        if (proxy.node, "is_tensor") in self._decided or not is_user_file(frame.f_code.co_filename):
+        """Called when user code asks ``isinstance`` of an input tensor: guard that it stays one."""
+        if (type(proxy) is not ValueProxy or proxy.node.op != "placeholder"
+                or not isinstance(value_of(proxy), torch.Tensor) or (proxy.node, "is_tensor") in self._decided
+                or not is_user_file(frame.f_code.co_filename)):
             return
         location = SourceLocation(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
         self._decide(proxy, "is_tensor", Specialize.NONE, True, _name(proxy),

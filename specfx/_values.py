@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 from torch.fx.proxy import Attribute, Proxy
 
+from ._source import is_user_file
+
 if TYPE_CHECKING:
     from ._tracer import SpecTracer
 
-__all__ = ["MISSING", "ValueAttribute", "ValueProxy", "value_of"]
+__all__ = ["MISSING", "ValueAttribute", "ValueProxy", "traced_isinstance", "value_of"]
 
 
 class _Missing:
@@ -45,6 +47,26 @@ SCALAR_METHODS = frozenset({"item", "tolist"})
 # Tensor attributes/methods that read the dtype or device: values, guarded.
 TYPE_ATTRIBUTES = frozenset({"dtype", "device", "is_cuda", "is_meta", "is_quantized", "is_sparse"})
 TYPE_METHODS = frozenset({"is_floating_point", "is_complex", "is_signed", "element_size", "get_device"})
+
+
+_PLAIN_TYPES = frozenset({tuple, list, dict, int, float, bool, complex, str})
+
+
+def traced_isinstance(obj: Any, classinfo: Any) -> bool:
+    """``builtins.isinstance`` while specfx traces with example inputs: a proxy with
+    a value answers as its value does (so ``isinstance(x, torch.Tensor)`` is True
+    for a tensor input, and that answer is guarded); anything else as usual."""
+    if _builtin_isinstance(obj, ValueProxy):
+        value = obj.__dict__.get("_specfx_value", MISSING)
+        caller = sys._getframe(1)
+        # torch (and torch.fx) must keep seeing a Proxy: they dispatch it via __torch_function__.
+        if value is not MISSING and is_user_file(caller.f_code.co_filename):
+            obj.tracer.note_type_read(obj, caller)
+            return _builtin_isinstance(value, classinfo)
+    return _builtin_isinstance(obj, classinfo)
+
+
+_builtin_isinstance = isinstance  # bound before any patching
 
 
 def value_of(proxy: Proxy) -> Any:
@@ -82,19 +104,14 @@ class ValueProxy(Proxy):
         return ValueAttribute(self, name, attribute)
 
     @property  # type: ignore[misc]
-    def __class__(self) -> type:  # noqa: D105 - isinstance() answers as the value does
+    def __class__(self) -> type:  # noqa: D105
+        # isinstance(p, tuple/list/dict/int/...) answers as the value does. Never for tensors:
+        # torch's C++ checks (THPVariable_Check) use isinstance and would then read the proxy
+        # as a tensor and crash; `isinstance(x, torch.Tensor)` is answered by `traced_isinstance`.
         value = self.__dict__.get("_specfx_value", MISSING)
-        if value is MISSING:
-            return type(self)
-        tracer = self.__dict__.get("tracer")
-        if (
-            tracer is not None
-            and type(self) is ValueProxy
-            and self.node.op == "placeholder"
-            and isinstance(value, torch.Tensor)
-        ):
-            tracer.note_type_read(self, sys._getframe(1))
-        return type(value)
+        if type(value) in _PLAIN_TYPES:
+            return type(value)
+        return type(self)
 
     # -- value-demanding dunders: the tracer decides ---------------------------------
 
