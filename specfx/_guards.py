@@ -16,12 +16,14 @@ code and its pickles import them from the public package.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 from typing import Any, Callable, Dict, NoReturn, Optional
 
 import torch
 from torch.fx.node import has_side_effect
+from torch.fx.proxy import Proxy
 
 from ._policy import Specialize
 from ._source import SourceLocation
@@ -213,10 +215,25 @@ GUARDS: Dict[str, Callable[..., None]] = {
     "is_tensor": guard_is_tensor,
 }
 
-for _guard in set(GUARDS.values()):
-    # Generated code names them `specfx_guard_*` and imports them from `specfx`.
-    _guard.__module__ = "specfx"
-    has_side_effect(_guard)
+def _records_itself(check: Callable[..., None]) -> Callable[..., None]:
+    """Make a guard record itself as a node when re-traced (``symbolic_trace(gm)``,
+    unpickling): the graph's own code then stays a plain call. torch.fx.wrap would do
+    the same, but every generated module would register itself in fx's process-wide
+    wrap table forever, slowing down every later trace."""
+
+    @functools.wraps(check)
+    def guard(value: Any, *args: Any) -> Any:
+        if isinstance(value, Proxy):
+            return value.tracer.create_proxy("call_function", guard, (value, *args), {})
+        return check(value, *args)
+
+    guard.__module__ = "specfx"  # generated code names it `specfx_guard_*`, imported from `specfx`
+    return has_side_effect(guard)
+
+
+_WRAPPED = {check: _records_itself(check) for check in set(GUARDS.values())}
+GUARDS = {kind: _WRAPPED[check] for kind, check in GUARDS.items()}
+globals().update({guard.__name__: guard for guard in _WRAPPED.values()})  # the public names are the guards
 
 
 @dataclasses.dataclass(frozen=True)

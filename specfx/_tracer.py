@@ -342,7 +342,6 @@ class SpecTracer(torch.fx.Tracer):
             node = self.create_node(
                 "call_function", GUARDS[kind], (proxy.node, *guard_args, expression, where), {}
             )
-            node.meta["is_wrapped"] = True  # generated code re-wraps it, so retracing keeps it a call
             guard_name = node.name
         self.specializations.append(
             Specialization(

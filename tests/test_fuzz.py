@@ -1,0 +1,276 @@
+"""Differential fuzzing: specfx graphs of random programs against eager PyTorch.
+
+Programs, policies, examples and fresh inputs come from ``tools/fuzzgen.py``
+(imported by putting ``tools/`` on ``sys.path``; ``tools`` is not a package),
+driven by hypothesis draws so that a failure shrinks to a small program; the
+failing program's source and policy are attached as hypothesis notes. The
+generator's instrumented twin of each program reports what the program needs
+and what a specializing tracer bakes in (see the fuzzgen docstring); the
+properties below are checked against that. ``python tools/fuzz.py`` runs the
+same checks on thousands of programs, next to ``torch.jit.trace``.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import io
+import json
+import os
+import pickle
+import sys
+from contextlib import redirect_stdout
+from typing import Any, Sequence
+
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import strategies as st
+
+import specfx
+from specfx import GuardError, SpecializationError
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+import fuzz  # noqa: E402
+import fuzzgen  # noqa: E402
+
+FUZZ = settings(max_examples=120, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+class DrawChooser:
+    """The generator's choices as hypothesis draws (``chance`` shrinks towards False)."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def integer(self, lo: int, hi: int) -> int:
+        """A drawn integer in ``[lo, hi]``."""
+        return self.data.draw(st.integers(lo, hi))
+
+    def choice(self, options: Sequence[Any]) -> Any:
+        """A drawn element of ``options``."""
+        return self.data.draw(st.sampled_from(list(options)))
+
+    def chance(self, p: float) -> bool:
+        """True for about a fraction ``p`` of draws."""
+        return self.data.draw(st.integers(0, 99)) >= 100 - round(100 * p)
+
+
+def draw_case(data: Any, *, valid: bool = True) -> fuzzgen.Case:
+    """A generated case (by default one whose example eager accepts), noted for the failure report."""
+    case = fuzzgen.generate_case(DrawChooser(data))
+    note(case.program.source)
+    note(f"policy: {case.plan.policy()!r}; example shape {tuple(case.example.shape)}")
+    if valid:
+        assume(fuzzgen.run(case.model, case.example)[0])
+    return case
+
+
+def traced(case: fuzzgen.Case, **kwargs: Any) -> Any:
+    """(graph, plan, probe) of the case under its policy widened to what the example path needs."""
+    plan, probe = fuzzgen.widen(case, case.plan)
+    return fuzzgen.trace_quietly(case, plan, **kwargs), plan, probe
+
+
+def guard_nodes(gm: torch.fx.GraphModule) -> list:
+    """The nodes of ``gm`` that call a specfx guard function."""
+    guards = fuzzgen.guard_functions()
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in guards]
+
+
+class TestTraceAgainstEager:
+    """A guarded graph returns eager's result or raises GuardError, exactly when eager decides otherwise."""
+
+    @FUZZ
+    @given(data=st.data())
+    def test_graph_returns_eager_result_or_raises_guard_error(self, data):
+        """Per fresh input: the graph matches eager, or raises GuardError where eager first decides apart."""
+        case = draw_case(data)
+        gm, plan, probe = traced(case)
+        for label, x in case.inputs:
+            ok, expected = fuzzgen.run(case.model, x)
+            if not ok:
+                continue  # eager itself rejects this input
+            other, twin_output = case.program.probe(plan, case.model, x)
+            torch.testing.assert_close(twin_output, expected, equal_nan=True)  # the twin computes the same
+            differs = fuzzgen.first_difference(probe.facets, other.facets)
+            ok, actual = fuzzgen.run(gm, x)
+            where = f"input {label} {tuple(x.shape)}"
+            if ok:
+                torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m: f"{where}: {m}")
+                assert differs is None, f"{where}: eager decides {differs} differently, yet no guard fired"
+            else:
+                assert isinstance(actual, GuardError), f"{where}: {type(actual).__name__}: {actual}"
+                assert differs is not None, f"{where}: a guard fired though eager decides as traced: {actual}"
+                assert actual.where.startswith(f"{case.program.filename}:{differs.line}:"), (
+                    f"{where}: guard at {actual.where}, but eager first differs at {differs}"
+                )
+
+
+class TestRefusals:
+    """specfx refuses to trace exactly when the policy lacks a flag the example's path needs."""
+
+    @FUZZ
+    @given(data=st.data())
+    def test_specialization_error_iff_a_needed_flag_is_missing(self, data):
+        """A refusal names a flag of the first unmet need, at its line; without one, tracing succeeds."""
+        case = draw_case(data)
+        probe, _ = case.program.probe(case.plan, case.model, case.example)
+        need = probe.first_unmet
+        try:
+            fuzzgen.trace_quietly(case, case.plan)
+        except SpecializationError as error:
+            assert need is not None, f"refused although the policy grants every need: {error}"
+            assert error.flag in need.alternatives, f"needs one of {set(need.alternatives)}: {error}"
+            assert error.location == f"{case.program.filename}:{need.line}", str(error)
+            assert case.program.source.splitlines()[need.line - 1].strip() in str(error)
+        else:
+            assert need is None, f"traced although line {need.line} needs one of {set(need.alternatives)}"
+
+    @settings(FUZZ, max_examples=40)
+    @given(data=st.data())
+    def test_an_example_eager_rejects_raises_the_same_error_when_traced(self, data):
+        """With every flag, tracing on an empty batch raises what eager raises, or traces where eager runs."""
+        case = draw_case(data, valid=False)
+        case = dataclasses.replace(case, example=torch.zeros((0,) + tuple(case.example.shape[1:])))
+        ok, outcome = fuzzgen.run(case.model, case.example)
+        everything = fuzzgen.PolicyPlan(frozenset(fuzzgen.FLAGS), annotations=False)
+        if ok:
+            gm = fuzzgen.trace_quietly(case, everything)
+            torch.testing.assert_close(fuzzgen.run(gm, case.example)[1], outcome, equal_nan=True)
+        else:
+            with pytest.raises(type(outcome)):
+                fuzzgen.trace_quietly(case, everything)
+
+
+class TestGuardsAreComplete:
+    """Every specialization in ``gm.specializations`` has exactly one guard node, and vice versa."""
+
+    @settings(FUZZ, max_examples=80)
+    @given(data=st.data())
+    def test_each_record_has_its_own_guard_node(self, data):
+        """Records and guard nodes correspond one to one; each guard checks its record's node, by kind."""
+        case = draw_case(data)
+        gm, _, _ = traced(case)
+        nodes = {node.name: node for node in gm.graph.nodes}
+        uses = collections.Counter(s.guard for s in gm.specializations)
+        for s in gm.specializations:
+            assert uses[s.guard] == 1, f"{s.guard_description}: guard {s.guard!r} is shared"
+            node = nodes.get(s.guard)
+            assert node is not None and node in guard_nodes(gm), f"{s.guard_description}: no guard node"
+            assert node.target is fuzz.GUARD_OF_KIND[s.kind] and node.args[0].name == s.node
+        assert {n.name for n in guard_nodes(gm)} == set(uses), "guard nodes without a record"
+
+    @settings(FUZZ, max_examples=80)
+    @given(data=st.data())
+    def test_records_are_the_decisions_made_at_their_source_lines(self, data):
+        """The (line, flag, value) of the records are those of the decisions eager makes on the example."""
+        case = draw_case(data)
+        gm, _, probe = traced(case)
+        lines = case.program.source.splitlines()
+        for s in gm.specializations:
+            assert s.location.filename == case.program.filename
+            assert s.source == lines[s.location.lineno - 1].strip()
+        recorded = {(s.location.lineno, s.flag, fuzzgen.canonical(s.value)) for s in gm.specializations}
+        assert recorded == {(f.line, f.flag, f.value) for f in probe.facets}
+
+    @settings(FUZZ, max_examples=30)
+    @given(data=st.data())
+    def test_guards_survive_deepcopy_dead_code_elimination_and_pickling(self, data):
+        """A pruned deep copy and a pickled copy keep one guard per record and guard the same inputs."""
+        case = draw_case(data)
+        gm, _, _ = traced(case)
+        pruned = copy.deepcopy(gm)
+        pruned.graph.eliminate_dead_code()
+        pruned.recompile()
+        for other in (pruned, pickle.loads(pickle.dumps(gm))):
+            checked = sorted(n.args[0].name for n in guard_nodes(other))
+            assert checked == sorted(s.node for s in gm.specializations)
+            assert [s.guard for s in other.specializations] == [s.guard for s in gm.specializations]
+            for label, x in case.inputs:
+                (ok, expected), (same_ok, actual) = fuzzgen.run(gm, x), fuzzgen.run(other, x)
+                assert ok == same_ok, f"input {label}: {expected!r} vs {actual!r}"
+                if ok:
+                    torch.testing.assert_close(actual, expected, equal_nan=True)
+                else:
+                    assert type(actual) is type(expected)
+
+    @settings(FUZZ, max_examples=30)
+    @given(data=st.data())
+    def test_guards_false_records_the_same_but_emits_no_guard_nodes(self, data):
+        """With guards=False the same specializations are recorded, none has a guard, no guard node exists."""
+        case = draw_case(data)
+        guarded, plan, _ = traced(case)
+        unguarded = fuzzgen.trace_quietly(case, plan, guards=False)
+        assert guard_nodes(unguarded) == []
+        assert all(s.guard is None for s in unguarded.specializations)
+        assert [(s.kind, s.value, s.where) for s in unguarded.specializations] == [
+            (s.kind, s.value, s.where) for s in guarded.specializations
+        ]
+        with torch.no_grad():
+            expected = guarded(case.example.clone())
+            torch.testing.assert_close(unguarded(case.example.clone()), expected, equal_nan=True)
+
+
+class TestFuzzTool:
+    """``tools/fuzz.py`` runs a corpus and reports its counts."""
+
+    def test_json_counts_show_no_silent_mismatch_for_specfx(self):
+        """A short run traces every program, classifies every input and finds no specfx mismatch."""
+        out = io.StringIO()
+        with redirect_stdout(out):
+            status = fuzz.main(["--n", "12", "--seed", "7", "--json", "--jobs", "0"])
+        result = json.loads(out.getvalue())
+        counts = result["counts"]
+        assert status == 0 and result["failures"] == []
+        assert counts["programs"] == counts["programs traced"] == 12
+        specfx_outcomes = ("agreed", "guarded", "silent mismatches", "other exceptions")
+        assert counts["inputs"] == sum(counts.get(k, 0) for k in specfx_outcomes)
+        assert counts.get("silent mismatches", 0) == counts.get("other exceptions", 0) == 0
+        jit_outcomes = ("jit: agreed", "jit: silent mismatches", "jit: exceptions",
+                        "jit: inputs not run (trace failed)")
+        assert counts["inputs"] == sum(counts.get(k, 0) for k in jit_outcomes)
+
+    def test_worker_processes_give_the_same_counts(self):
+        """Counts do not depend on how programs are split among worker processes."""
+        alone = fuzz.fuzz(6, 8, jit=False, jobs=0)["counts"]
+        split = fuzz.fuzz(6, 8, jit=False, jobs=2, chunk=2)["counts"]
+        assert alone.pop("seconds") >= 0 and split.pop("seconds") >= 0
+        assert alone == split
+
+    def test_same_seed_gives_the_same_corpus(self):
+        """Program ``i`` of a seed is the same source every time, so reported failures reproduce."""
+        assert fuzz.make_case(3, 5).program.source == fuzz.make_case(3, 5).program.source
+        assert fuzz.make_case(3, 5).program.source != fuzz.make_case(3, 6).program.source
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_probe_needs_are_among_the_static_needs(index):
+    """What the twin reports as needed on the example path is among the needs the generator noted."""
+    case = fuzz.make_case(11, index)
+    probe, _ = case.program.probe(case.plan, case.model, case.example)
+    assert {n.alternatives for n in probe.needs} <= case.program.static_needs
+
+
+# -- regressions: bugs found while fuzzing, fixed in specfx ----------------------------------------
+
+
+def _chunk_sum(x: torch.Tensor) -> torch.Tensor:
+    a, b = torch.chunk(x, 2)  # one specialization, so one guard node
+    return a + b
+
+
+class TestRegressions:
+    """Reproducers of specfx bugs found by the fuzzer; each flips to XPASS (and fails) once fixed."""
+
+    def test_guarded_graphs_do_not_pile_up_in_the_fx_wrap_registry(self):
+        """Tracing many guarded graphs leaves torch.fx's wrap registry (walked by every trace) bounded."""
+        from torch.fx import _symbolic_trace
+
+        specfx.trace(_chunk_sum, torch.ones(4))
+        before = len(_symbolic_trace._wrapped_fns_to_patch)
+        for _ in range(20):
+            specfx.trace(_chunk_sum, torch.ones(4))
+        assert len(_symbolic_trace._wrapped_fns_to_patch) <= before + 1

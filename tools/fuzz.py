@@ -1,0 +1,325 @@
+"""Differential fuzzing of ``specfx.trace`` against eager PyTorch, beside ``torch.jit.trace``.
+
+Usage::
+
+    python tools/fuzz.py --n 2000 --seed 0          # counts as a table
+    python tools/fuzz.py --n 2000 --seed 0 --json   # counts (and failing cases) as JSON
+    python tools/fuzz.py --seed 0 --only 17         # print program 17 of seed 0 and its counts
+
+Each program (``tools/fuzzgen.py``) is traced with its random policy on one
+example. When specfx refuses (``SpecializationError``) the policy is widened
+the way the error suggests -- add the reported flag; if an inner ``scopes``
+entry or annotation forbids it, drop scopes and annotations -- and traced
+again, so every program gets a graph. Eager, the specfx graph and a
+``torch.jit.trace`` of the same model on the same example (``check_trace=False``)
+then run on fresh inputs. Counted per input: *agreed* (same output),
+*guarded* (``GuardError``), *silent mismatch* (a different output, no error;
+must be 0 for specfx), *other exceptions*; inputs on which eager itself raises
+are skipped (and it is counted whether the graph returned a value there).
+
+Also checked for specfx, and listed as property violations: (b) each refusal
+names a flag the policy really lacked, at the line that needed it, and no
+trace succeeds that should have been refused; (c) every specialization has
+exactly one guard node of the right kind, on the right node, and the records
+are the decisions eager makes on the example; (d) a guard fires exactly when
+eager's decisions on the input differ from those on the example, at the first
+differing line. The exit status is 1 when there is a violation or a silent
+mismatch for specfx.
+
+Programs run in chunks in short-lived worker processes (``--jobs``): every
+guarded specfx graph leaves entries in torch.fx's process-wide ``wrap``
+registry that are never removed, and every later trace patches all of them,
+so one long-lived process slows down quadratically (a specfx bug, see
+``tests/test_fuzz.py::TestKnownBugs``; ``--jobs 0`` runs in this process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import multiprocessing
+import os
+import sys
+import time
+import warnings
+from typing import Any, Counter, Dict, List, Optional, Tuple
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fuzzgen  # noqa: E402
+
+import specfx  # noqa: E402
+from specfx import GuardError, SpecializationError  # noqa: E402
+
+CHUNK = 50  # programs per worker process
+GUARD_OF_KIND = {
+    "iter": specfx.guard_len, "unpack": specfx.guard_len, "len": specfx.guard_len,
+    "bool": specfx.guard_truth, "shape": specfx.guard_shape, "size": specfx.guard_size,
+    "ndim": specfx.guard_ndim, "numel": specfx.guard_numel, "int": specfx.guard_int,
+    "index": specfx.guard_index, "float": specfx.guard_float, "item": specfx.guard_item,
+    "tolist": specfx.guard_tolist, "keys": specfx.guard_keys, "is_none": specfx.guard_is_none,
+    "is_tensor": specfx.guard_is_tensor,
+}
+
+
+def make_case(seed: int, index: int) -> fuzzgen.Case:
+    """Program ``index`` of the corpus ``seed``."""
+    return fuzzgen.generate_case(fuzzgen.RandomChooser(seed * 1_000_003 + index), tag=f"-{seed}-{index}")
+
+
+# -- the checks ---------------------------------------------------------------------------------
+
+
+def _names(flags: Any) -> List[str]:
+    return sorted(flag.name for flag in flags)
+
+
+def refusal_problem(error: SpecializationError, probe: fuzzgen.Probe,
+                    program: fuzzgen.Program) -> Optional[str]:
+    """Why a refusal is unjustified, or None when the policy really lacked a needed flag there."""
+    need = probe.first_unmet
+    if need is None:
+        return f"refused although every need was met: {error.flag} at {error.location}"
+    if error.flag not in need.alternatives:
+        return f"refused for {error.flag}, but line {need.line} needs one of {_names(need.alternatives)}"
+    if error.location != f"{program.filename}:{need.line}":
+        return f"refusal points at {error.location}, the unmet need is at line {need.line}"
+    return None
+
+
+def record_problems(gm: torch.fx.GraphModule, probe: fuzzgen.Probe, program: fuzzgen.Program) -> List[str]:
+    """Violations of "each specialization has exactly one guard" and of "records are the decisions made"."""
+    problems = []
+    nodes = {node.name: node for node in gm.graph.nodes}
+    guards = fuzzgen.guard_functions()
+    guard_nodes = {n.name for n in gm.graph.nodes if n.op == "call_function" and n.target in guards}
+    uses = collections.Counter(s.guard for s in gm.specializations)
+    for s in gm.specializations:
+        node = nodes.get(s.guard)
+        if node is None or node.target not in guards:
+            problems.append(f"{s.guard_description}: {s.guard!r} is not a guard node of the graph")
+        elif node.target is not GUARD_OF_KIND[s.kind] or node.args[0].name != s.node:
+            problems.append(f"{s.guard_description}: {s.guard!r} checks {node.args[0]} with {node.target}")
+        if uses[s.guard] > 1:
+            problems.append(f"{s.guard_description}: guard {s.guard!r} shared by {uses[s.guard]} records")
+        if s.location is None or s.location.filename != program.filename or not s.source:
+            problems.append(f"{s.guard_description}: location {s.where} is not a line of the program")
+    orphans = guard_nodes - set(uses)
+    if orphans:
+        problems.append(f"guard nodes without a record: {sorted(orphans)}")
+    recorded = {(s.location.lineno if s.location else None, s.flag, fuzzgen.canonical(s.value))
+                for s in gm.specializations}
+    decided = {(f.line, f.flag, f.value) for f in probe.facets}
+    if recorded != decided:
+        problems.append(f"records only: {sorted(map(str, recorded - decided))}; "
+                        f"decisions only: {sorted(map(str, decided - recorded))}")
+    return problems
+
+
+def trace_widening(case: fuzzgen.Case, counts: Counter, problems: List[str]) -> Tuple[Any, Any, Any]:
+    """Trace, widening the policy after each refusal (checking each refusal): (graph or None, plan, probe)."""
+    plan = case.plan
+    for attempt in range(6):
+        probe, _ = case.program.probe(plan, case.model, case.example)
+        try:
+            gm = fuzzgen.trace_quietly(case, plan)
+        except SpecializationError as error:
+            counts["trace refusals" if attempt == 0 else "further refusals"] += 1
+            problem = refusal_problem(error, probe, case.program)
+            if problem:
+                problems.append(f"(b) {problem} [policy {plan.policy()!r}]")
+            if error.flag in plan.base:  # denied by an inner scope or annotation
+                plan = dataclasses.replace(plan, scopes=(), annotations=False)
+            else:
+                plan = plan.with_flag(error.flag)
+            continue
+        except Exception as error:  # noqa: BLE001 - a crash is reported, not fatal to the run
+            counts["trace crashes"] += 1
+            problems.append(f"trace crashed: {type(error).__name__}: {error}")
+            return None, plan, probe
+        need = probe.first_unmet
+        if need is not None:
+            problems.append(f"(b) traced although line {need.line} needs one of {_names(need.alternatives)} "
+                            f"[policy {plan.policy()!r}]")
+        return gm, plan, probe
+    return None, plan, probe
+
+
+def classify(gm: Any, case: fuzzgen.Case, plan: fuzzgen.PolicyPlan, probe: fuzzgen.Probe, label: str,
+             x: torch.Tensor, expected: Any, problems: List[str]) -> str:
+    """Run the specfx graph on one input: agreed / guarded / silent mismatches / other exceptions."""
+    ok, actual = fuzzgen.run(gm, x)
+    other, _ = case.program.probe(plan, case.model, x)
+    differs = fuzzgen.first_difference(probe.facets, other.facets)
+    where = f"input {label} {tuple(x.shape)}"
+    if ok and fuzzgen.same_output(expected, actual):
+        if differs is not None:
+            problems.append(f"(d) {where}: eager decides {differs} differently, yet no guard fired")
+        return "agreed"
+    if ok:
+        problems.append(f"(a) SILENT MISMATCH on {where}")
+        return "silent mismatches"
+    if isinstance(actual, GuardError):
+        if differs is None:
+            problems.append(f"(d) {where}: a guard fired though eager decides as on the example: {actual}")
+        elif not actual.where.startswith(f"{case.program.filename}:{differs.line}:"):
+            problems.append(f"(d) {where}: guard at {actual.where}, but eager first differs at {differs}")
+        return "guarded"
+    problems.append(f"(a) {where}: {type(actual).__name__}: {actual}")
+    return "other exceptions"
+
+
+def jit_trace(case: fuzzgen.Case) -> Any:
+    """``torch.jit.trace`` of the model on the example, or None if it cannot trace it."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TracerWarnings: jit.trace's own notes on what it baked in
+            return torch.jit.trace(case.model, (case.example.clone(),), check_trace=False)
+    except Exception:  # noqa: BLE001 - counted, not fatal
+        return None
+
+
+def check_case(case: fuzzgen.Case, *, jit: bool = True) -> Dict[str, Any]:
+    """Trace one case with specfx (and jit.trace), run every input and classify the outcomes."""
+    counts: Counter = collections.Counter()
+    problems: List[str] = []
+    if not fuzzgen.run(case.model, case.example)[0]:
+        counts["invalid examples"] += 1
+        return {"counts": counts, "problems": problems, "policy": repr(case.plan.policy())}
+    gm, plan, probe = trace_widening(case, counts, problems)
+    if gm is not None:
+        counts["programs traced"] += 1
+        problems += [f"(c) {problem}" for problem in record_problems(gm, probe, case.program)]
+    jm = jit_trace(case) if jit else None
+    if jit and jm is None:
+        counts["jit: trace failures"] += 1
+    for label, x in case.inputs:
+        ok, expected = fuzzgen.run(case.model, x)
+        if not ok:
+            counts["inputs skipped (eager raised)"] += 1
+            if gm is not None and fuzzgen.run(gm, x)[0]:
+                counts["graph returned where eager raised"] += 1
+            continue
+        counts["inputs"] += 1
+        if gm is not None:
+            counts[classify(gm, case, plan, probe, label, x, expected, problems)] += 1
+        if jit and jm is None:
+            counts["jit: inputs not run (trace failed)"] += 1
+        elif jm is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ok, actual = fuzzgen.run(jm, x)
+            if not ok:
+                counts["jit: exceptions"] += 1
+            elif fuzzgen.same_output(expected, actual):
+                counts["jit: agreed"] += 1
+            else:
+                counts["jit: silent mismatches"] += 1
+    return {"counts": counts, "problems": problems, "policy": repr(plan.policy())}
+
+
+# -- running a corpus ---------------------------------------------------------------------------
+
+
+def run_chunk(job: Tuple[int, int, int, bool]) -> Tuple[Dict[str, int], List[Dict[str, Any]]]:
+    """Check programs ``start .. stop-1`` of ``seed``: summed counts and the failing cases."""
+    seed, start, stop, jit = job
+    torch.set_num_threads(1)
+    totals: Counter = collections.Counter()
+    failures = []
+    for index in range(start, stop):
+        case = make_case(seed, index)
+        result = check_case(case, jit=jit)
+        totals["programs"] += 1
+        totals.update(result["counts"])
+        if result["problems"]:
+            totals["programs with problems"] += 1
+            failures.append({"index": index, "policy": result["policy"], "problems": result["problems"],
+                             "example_shape": list(case.example.shape), "source": case.program.source})
+    return dict(totals), failures
+
+
+def fuzz(n: int, seed: int, *, jit: bool = True, start: int = 0, jobs: int = 0,
+         chunk: int = CHUNK) -> Dict[str, Any]:
+    """Run programs ``start .. start+n-1`` of ``seed``: totals, failures and the elapsed seconds.
+
+    ``jobs=0`` runs in this process; otherwise chunks of ``chunk`` programs run
+    in ``jobs`` forked workers, each used for one chunk only."""
+    began = time.perf_counter()
+    chunks = [(seed, lo, min(lo + chunk, start + n), jit) for lo in range(start, start + n, chunk)]
+    if jobs == 0:
+        results = [run_chunk(chunk) for chunk in chunks]
+    else:
+        with multiprocessing.get_context("fork").Pool(jobs, maxtasksperchild=1) as pool:
+            results = pool.map(run_chunk, chunks, chunksize=1)
+    totals: Counter = collections.Counter()
+    failures: List[Dict[str, Any]] = []
+    for counts, chunk_failures in results:
+        totals.update(counts)
+        failures += chunk_failures
+    totals["seconds"] = round(time.perf_counter() - began, 1)
+    return {"seed": seed, "counts": dict(totals), "failures": failures}
+
+
+ROWS = [  # (title, specfx key, jit.trace key)
+    ("programs", "programs", None),
+    ("  example rejected by eager (not traced)", "invalid examples", None),
+    ("  traced (jit.trace: failed to trace)", "programs traced", "jit: trace failures"),
+    ("  trace refusals (SpecializationError), then widened", "trace refusals", None),
+    ("inputs", "inputs", None),
+    ("  agreed", "agreed", "jit: agreed"),
+    ("  guarded (GuardError)", "guarded", None),
+    ("  silent mismatches", "silent mismatches", "jit: silent mismatches"),
+    ("  other exceptions", "other exceptions", "jit: exceptions"),
+    ("inputs skipped (eager raised)", "inputs skipped (eager raised)", None),
+    ("  of which the graph returned a value", "graph returned where eager raised", None),
+    ("property violations (programs)", "programs with problems", None),
+]
+
+
+def print_table(result: Dict[str, Any]) -> None:
+    """Print the counts of specfx and jit.trace side by side, then the first failures."""
+    counts = result["counts"]
+    print(f"seed {result['seed']}, {counts.get('seconds')} s")
+    print(f"{'':54}{'specfx':>9}{'jit.trace':>11}")
+    for title, key, jit_key in ROWS:
+        jit_value = "" if jit_key is None else counts.get(jit_key, 0)
+        print(f"{title:54}{counts.get(key, 0):>9}{jit_value:>11}")
+    for failure in result["failures"][:5]:
+        print(f"\nprogram {failure['index']} ({failure['policy']}, example {failure['example_shape']}):")
+        for problem in failure["problems"][:5]:
+            print(f"  {problem}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=200, help="number of programs (default 200)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the corpus (default 0)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--no-jit", action="store_true", help="skip the torch.jit.trace comparison")
+    parser.add_argument("--only", type=int, default=None, help="run program ONLY alone and print its source")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="worker processes (default: one per CPU; 0 runs in this process)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.only is not None:
+        case = make_case(args.seed, args.only)
+        print(case.program.source)
+        print(f"policy: {case.plan.policy()!r}; example shape {tuple(case.example.shape)}\n")
+        result = fuzz(1, args.seed, jit=not args.no_jit, start=args.only, jobs=0)
+    else:
+        result = fuzz(args.n, args.seed, jit=not args.no_jit, jobs=args.jobs)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print_table(result)
+    counts = result["counts"]
+    return 1 if counts.get("programs with problems", 0) or counts.get("silent mismatches", 0) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
