@@ -150,6 +150,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
+    # One torch thread: on a shared 2-core machine, OpenMP waits make a 20 us forward take ms.
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     rows = [
         steady_state("small MLP (batch 8)", Small().eval(), torch.randn(8, 32), Policy(bool=True), args.repeats),
