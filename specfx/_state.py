@@ -54,7 +54,9 @@ class StateKeeper:
         # code that assigns `self.cache = x` or `self.count = self.count + 1` while traced
         # would otherwise leave proxies (or new tensors) on the user's model.
         self._tables: List[Tuple[str, torch.nn.Module, Dict[str, Any], Dict[str, Any], Dict[str, Any], Dict[str, Any]]] = []
-        self._buffers: List[Tuple[torch.Tensor, torch.Tensor]] = []  # (buffer, its copy)
+        # buffers grouped by (dtype, device), each group copied as one flat tensor: one copy
+        # and one comparison per group instead of one per buffer (a ResNet-50 has 159)
+        self._buffers: List[Tuple[List[torch.Tensor], torch.Tensor]] = []
         self._params: Dict[int, Tuple[str, torch.Tensor, int]] = {}
         self._param_copies: Dict[int, torch.Tensor] = {}
         self.assigned: List[str] = []  # "module.attr" names forward bound to traced values
@@ -64,9 +66,14 @@ class StateKeeper:
                 for name, m in self._module.named_modules()
             ]
             if runs_ops:  # without example inputs no op runs, so no tensor can change
-                for buffer in self._module.buffers():
-                    if buffer.device.type != "meta":
-                        self._buffers.append((buffer, buffer.detach().clone()))
+                groups: Dict[Tuple[Any, Any], List[torch.Tensor]] = {}
+                for index, buffer in enumerate(self._module.buffers()):
+                    if buffer.device.type == "meta":
+                        continue
+                    plain = buffer.layout is torch.strided and not buffer.is_quantized
+                    # quantized/sparse buffers cannot be concatenated: a group of their own
+                    groups.setdefault((buffer.dtype, buffer.device) if plain else index, []).append(buffer)
+                self._buffers = [(group, _flat(group).clone()) for group in groups.values()]
             for name, param in self._module.named_parameters():
                 self._params[id(param)] = (name, param, param._version)
                 if copy_parameters:  # for eager runs, whose in-place writes specfx cannot see coming
@@ -94,11 +101,19 @@ class StateKeeper:
                     if not _updates_in_place(value, qualified):
                         self.assigned.append(qualified)
         with torch.no_grad():
-            for buffer, saved in self._buffers:
+            for group, saved in self._buffers:
                 # Compare values, not version counters: BatchNorm's kernel updates its running
                 # statistics in place without bumping their version.
-                if not torch.equal(buffer, saved):
-                    buffer.copy_(saved)
+                if len(group) == 1:
+                    if not torch.equal(group[0], saved):
+                        group[0].copy_(saved)
+                elif not torch.equal(_flat(group), saved):
+                    offset = 0
+                    for buffer in group:
+                        part = saved[offset: offset + buffer.numel()].view(buffer.shape)
+                        if not torch.equal(buffer, part):
+                            buffer.copy_(part)
+                        offset += buffer.numel()
             lost = []
             for key, (name, param, version) in self._params.items():
                 saved = self._param_copies.get(key)
@@ -117,6 +132,12 @@ class StateKeeper:
 
 
 _ABSENT = object()
+
+
+def _flat(tensors: List[torch.Tensor]) -> torch.Tensor:
+    if len(tensors) == 1:
+        return tensors[0].detach()
+    return torch.cat([t.detach().reshape(-1) for t in tensors])
 
 
 def _updates_in_place(value: Any, qualified: str) -> bool:
