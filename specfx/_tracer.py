@@ -64,16 +64,23 @@ _PLAIN_ARGUMENT_TYPES = frozenset(
 )
 
 
+def _instructions(code: types.CodeType) -> Tuple[list, Dict[int, int]]:
+    """The code's instructions and offset -> position, cached per code object."""
+    cached = _INSTRUCTIONS.get(code)
+    if cached is None:
+        listing = list(dis.get_instructions(code))
+        cached = _INSTRUCTIONS[code] = (listing, {inst.offset: i for i, inst in enumerate(listing)})
+    return cached
+
+
 def _instruction_at(frame: types.FrameType) -> Optional[dis.Instruction]:
-    """The instruction the frame is executing (e.g. ``UNPACK_SEQUENCE``), cached per code object."""
-    code = frame.f_code
-    table = _INSTRUCTIONS.get(code)
-    if table is None:
-        table = _INSTRUCTIONS[code] = {inst.offset: inst for inst in dis.get_instructions(code)}
-    return table.get(frame.f_lasti)
+    """The instruction the frame is executing (e.g. ``UNPACK_SEQUENCE``)."""
+    listing, position = _instructions(frame.f_code)
+    index = position.get(frame.f_lasti)
+    return None if index is None else listing[index]
 
 
-_INSTRUCTIONS: Dict[types.CodeType, Dict[int, dis.Instruction]] = {}
+_INSTRUCTIONS: Dict[types.CodeType, Tuple[list, Dict[int, int]]] = {}
 
 
 def _is_meta(value: Any) -> bool:
@@ -413,7 +420,10 @@ class SpecTracer(torch.fx.Tracer):
     def _iterate_mapping(self, proxy: ValueProxy, value: Any, mapping: Optional[ValueProxy]) -> Iterator[Any]:
         source = mapping if mapping is not None else proxy
         keys = tuple(value_of(source).keys())
-        self._decide(source, "keys", Specialize.ITER_LEN, keys, f"keys of {_name(source)}", (keys,),
+        # The keys of `**kwargs` are the caller's choice, fixed by the call (like `a, b = t`).
+        caller_keys = source.node.op == "placeholder" and str(source.node.target).startswith("**")
+        flag = Specialize.NONE if caller_keys else Specialize.ITER_LEN
+        self._decide(source, "keys", flag, keys, f"keys of {_name(source)}", (keys,),
                      operation=f"iterating over `{_name(proxy)}` (its keys)", dedupe=(source.node, "keys"))
         view = proxy.node.target if mapping is not None else "keys"
         if view == "values":
@@ -582,5 +592,5 @@ def _is_parameter_node(proxy: ValueProxy) -> bool:
 
 def _config_fix(proxy: ValueProxy, value: Any) -> Optional[str]:
     if type(proxy) is ValueProxy and proxy.node.op == "placeholder" and not isinstance(value, torch.Tensor):
-        return f"or bake the input in with concrete_args={{{proxy.node.target!r}: {value!r}}}"
+        return f"bake the input in with concrete_args={{{proxy.node.target!r}: {value!r}}}"
     return None

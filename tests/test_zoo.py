@@ -1,0 +1,327 @@
+"""Real models from the zoo (``tools/zoo.py``), a fast representative subset: each is
+traced, compared with eager on fresh inputs, and shown to guard the decisions it baked in.
+
+The full zoo (every transformers model, timm when importable) is ``python tools/zoo.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+import specfx
+from specfx import GuardError, Policy, SpecializationError
+
+TOOLS = pathlib.Path(__file__).resolve().parent.parent / "tools"
+
+
+def _load(name: str):
+    """Import a file from tools/ (not a package) once, under its own name."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+zoo = _load("zoo")
+
+
+def _transformers():
+    return pytest.importorskip("transformers")
+
+
+def _transformers_4() -> bool:
+    return _transformers().__version__.startswith("4.")
+
+
+def _close(expected, actual, atol=1e-5):
+    want, got = zoo.tensors_of(expected), zoo.tensors_of(actual)
+    assert len(want) == len(got) and want
+    for a, b in zip(want, got):
+        torch.testing.assert_close(b, a, atol=atol, rtol=1e-5)
+
+
+def _check_fresh(built, gm, atol=1e-5):
+    """Every fresh input runs through the graph and matches eager (same RNG seed for dropout)."""
+    for call in [built.example] + built.fresh:
+        expected, actual = zoo.run_pair(built, gm, call)
+        _close(expected, actual, atol)
+
+
+def _guard_fires(built, gm):
+    (args, kwargs), _ = built.guard_input
+    with pytest.raises(GuardError):
+        with torch.set_grad_enabled(built.grad):
+            gm(*args, **kwargs)
+
+
+def _run_isolated(code: str) -> subprocess.CompletedProcess:
+    """Run a snippet in a fresh interpreter: some specfx failures are segmentation faults."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=300)
+
+
+# -- hand-written timm blocks -------------------------------------------------------------
+
+
+class TestTimmBlocks:
+    @pytest.mark.parametrize("name", ["resnet-stage", "resnet-stage[train]", "convnext-block",
+                                      "convnext-block[conv_mlp,train]"])
+    def test_convnets_trace_without_flags(self, name):
+        """ResNet/ConvNeXt blocks (eval and train: BatchNorm, DropPath) trace with Policy(), bake in
+        nothing and match eager at other batch and image sizes."""
+        built = zoo.CASES_BY_NAME[name].build()
+        gm = zoo.trace_built(built, Policy())
+        assert [s for s in gm.specializations if s.kind not in ("dtype", "device")] == []
+        _check_fresh(built, gm)
+
+    def test_tracing_leaves_batchnorm_statistics_alone(self):
+        """Tracing a train-mode ResNet stage does not update its BatchNorm running statistics."""
+        built = zoo.CASES_BY_NAME["resnet-stage[train]"].build()
+        before = {k: v.clone() for k, v in built.model.state_dict().items()}
+        zoo.trace_built(built, Policy())
+        after = built.model.state_dict()
+        assert all(torch.equal(before[k], after[k]) for k in before)
+
+    @pytest.mark.parametrize("name", ["vit-block", "vit-block[train]"])
+    def test_vit_block(self, name):
+        """A ViT block matches eager for any batch and token count; `attn_mask is None` is guarded."""
+        built = zoo.CASES_BY_NAME[name].build()
+        gm = zoo.trace_built(built, Policy())
+        _check_fresh(built, gm)
+        _guard_fires(built, gm)
+        args, kwargs = built.guard_input[0]
+        assert built.model(*args, **kwargs).shape == args[0].shape  # eager takes the masked path
+
+    def test_swin_block_symbolic_trace_fails(self):
+        """Plain torch.fx cannot trace the Swin block's dynamic shifted-window mask (setitem on a Proxy)."""
+        built = zoo.CASES_BY_NAME["swin-block"].build()
+        with pytest.raises(TypeError, match="does not support item assignment"):
+            torch.fx.symbolic_trace(built.model)
+
+    def test_swin_block_traces_for_every_resolution(self):
+        """specfx traces the Swin block with Policy(): one graph for padded, odd and square resolutions."""
+        built = zoo.CASES_BY_NAME["swin-block"].build()
+        gm = zoo.trace_built(built, Policy())
+        assert {s.kind for s in gm.specializations} <= {"unpack", "dtype", "device"}
+        _check_fresh(built, gm)
+        _guard_fires(built, gm)  # a 3-D input: `B, H, W, C = x.shape` was unpacked into four names
+
+    def test_swin_block_static_mask(self):
+        """The Swin block with timm's precomputed mask traces like plain FX and matches eager."""
+        built = zoo.CASES_BY_NAME["swin-block[static-mask]"].build()
+        gm = zoo.trace_built(built, Policy())
+        _check_fresh(built, gm)
+        symbolic = torch.fx.symbolic_trace(built.model)
+        x = built.example[0][0]
+        torch.testing.assert_close(gm(x), symbolic(x))
+
+
+# -- torch.nn built-ins -------------------------------------------------------------------
+
+
+class TestTorchNN:
+    def test_multihead_attention_needs_bool(self):
+        """nn.MultiheadAttention as the root needs BOOL (its input checks branch on tensor properties)."""
+        built = zoo.CASES_BY_NAME["nn-mha"].build()
+        with pytest.raises(SpecializationError, match="Specialize.BOOL"):
+            zoo.trace_built(built, Policy())
+        with pytest.raises(torch.fx.proxy.TraceError):
+            torch.fx.symbolic_trace(built.model)
+
+    def test_multihead_attention(self):
+        """nn.MultiheadAttention with a key padding mask matches eager for other batch/sequence sizes, and
+        an unbatched query fails a guard."""
+        built = zoo.CASES_BY_NAME["nn-mha"].build()
+        gm = zoo.trace_built(built, Policy(bool=True))
+        _check_fresh(built, gm)
+        _guard_fires(built, gm)
+        args, kwargs = built.guard_input[0]
+        assert built.model(*args, **kwargs)[0].shape == (5, 16)  # eager handles the unbatched path
+
+    @pytest.mark.parametrize("name", ["nn-encoder-layer", "nn-encoder-layer[train]",
+                                      "nn-encoder-layer[non-leaf mha]"])
+    def test_transformer_encoder_layer(self, name):
+        """nn.TransformerEncoderLayer (eval, train with dropout, MHA traced through) matches eager, and an
+        unbatched input fails a guard."""
+        built = zoo.CASES_BY_NAME[name].build()
+        gm = zoo.trace_built(built, Policy(bool=True))
+        _check_fresh(built, gm)
+        _guard_fires(built, gm)
+        targets = {n.target for n in gm.graph.nodes if n.op == "call_module"}
+        assert ("self_attn" in targets) is not name.endswith("[non-leaf mha]")
+
+    def test_transformer_encoder_with_padding_mask(self):
+        """nn.TransformerEncoder with src_key_padding_mask needs ITER_LEN and BOOL and matches eager."""
+        built = zoo.CASES_BY_NAME["nn-encoder"].build()
+        with pytest.raises(SpecializationError):
+            zoo.trace_built(built, Policy(bool=True))
+        gm = zoo.trace_built(built, Policy(iter=True, bool=True))
+        _check_fresh(built, gm)
+        _guard_fires(built, gm)
+
+    # eager's fast path warns once per process
+    @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+    def test_transformer_encoder_no_grad_differs_only_at_padding(self):
+        """Under no_grad eager takes the nested-tensor fast path (zeros at padded tokens); the graph,
+        traced on the slow path, agrees at every real token."""
+        built = zoo.CASES_BY_NAME["nn-encoder[no_grad]"].build()
+        gm = zoo.trace_built(built, Policy(iter=True, bool=True))
+        (x,), kwargs = built.fresh[0]
+        padded = kwargs["src_key_padding_mask"]
+        with torch.no_grad():
+            expected = built.model(x, **kwargs)
+        with torch.no_grad():
+            actual = gm(x, **kwargs)
+        torch.testing.assert_close(actual[~padded], expected[~padded], atol=1e-5, rtol=1e-5)
+        assert torch.all(expected[padded] == 0) and not torch.all(actual[padded] == 0)
+
+    @pytest.mark.parametrize("kind", ["lstm", "gru"])
+    def test_rnn_as_leaf(self, kind):
+        """nn.LSTM / nn.GRU inside a model stay call_module leaves and need no flags."""
+        built = zoo.CASES_BY_NAME[f"nn-{kind}"].build()
+        gm = zoo.trace_built(built, Policy())
+        assert "rnn" in {n.target for n in gm.graph.nodes if n.op == "call_module"}
+        _check_fresh(built, gm)
+
+    @pytest.mark.parametrize("kind", ["lstm", "gru"])
+    def test_rnn_traced_through(self, kind):
+        """nn.LSTM / nn.GRU traced through need BOOL in the rnn scope only; unbatched input fails a guard."""
+        built = zoo.CASES_BY_NAME[f"nn-{kind}[non-leaf]"].build()
+        gm = zoo.trace_built(built)
+        assert "rnn" not in {n.target for n in gm.graph.nodes if n.op == "call_module"}
+        assert {s.module for s in gm.specializations if s.flag == specfx.Specialize.BOOL} == {"rnn"}
+        _check_fresh(built, gm)
+        _guard_fires(built, gm)
+        with pytest.raises(SpecializationError):  # without the scope, BOOL is refused
+            zoo.trace_built(built, Policy())
+
+
+# -- transformers -------------------------------------------------------------------------
+
+
+class TestTransformers:
+    def test_bert_tiny(self):
+        """BertModel (2 layers) traces with BOOL and matches eager for other batch sizes and lengths, and a
+        3-D attention mask fails a guard."""
+        _transformers()
+        built = zoo.CASES_BY_NAME["hf-bert"].build()
+        with pytest.raises(torch.fx.proxy.TraceError):
+            torch.fx.symbolic_trace(built.model)
+        gm, policy = zoo.narrowest(built)
+        assert policy == Policy(bool=True) or not _transformers_4()  # transformers 5 also needs ITER_LEN
+        _check_fresh(built, gm)
+        _guard_fires(built, gm)
+        args, kwargs = built.guard_input[0]
+        assert built.model(*args, **kwargs).shape == (2, 8, 32)  # eager takes the 3-D mask path
+
+    def test_llama_tiny_with_leaf_mask_and_rope(self):
+        """LlamaModel (GQA, sdpa) with the vmap mask builder and RoPE as leaves matches eager with padding
+        masks at other lengths, and length 1 fails a guard."""
+        _transformers()
+        built = zoo.CASES_BY_NAME["hf-llama[leaf]"].build()
+        gm, policy = zoo.narrowest(built)
+        assert policy == Policy(iter=True, bool=True)
+        _check_fresh(built, gm, atol=1e-5)
+        _guard_fires(built, gm)  # sdpa's `is_causal = query.shape[2] > 1 and ...` was decided True
+        (ids, mask), _ = built.guard_input[0]
+        assert built.reference(ids, mask).shape == (2, 1, 32)  # eager runs the length-1 path
+
+    def test_llama_as_users_call_it_does_not_crash(self):
+        """Tracing LlamaModel with its own torch.vmap mask creation never crashes the interpreter."""
+        _transformers()
+        done = _run_isolated(f"""
+            import sys, torch, specfx
+            sys.path.insert(0, {str(TOOLS)!r})
+            import zoo
+            built = zoo.CASES_BY_NAME["hf-llama"].build()
+            try:
+                zoo.trace_built(built, specfx.Policy(shapes=True, bool=True, iter=True))
+            except Exception as error:
+                print(type(error).__name__)
+        """)
+        assert done.returncode == 0, done.stderr[-500:]
+
+
+# -- meta device --------------------------------------------------------------------------
+
+
+class TestMetaDevice:
+    def test_two_layer_llama_on_meta(self):
+        """A 2-layer, 4096-hidden Llama built on meta traces from meta ids without allocating weights, and the
+        graph runs for other batch sizes and lengths."""
+        _transformers()
+        meta_llm = _load("meta_llm")
+        model = meta_llm.build_meta_llama(layers=2)
+        assert all(p.device.type == "meta" for p in model.parameters())
+        assert sum(p.numel() for p in model.parameters()) > 6e8
+        gm = meta_llm.trace_meta(model, batch=2, length=16)
+        out = gm(torch.zeros(3, 7, dtype=torch.long, device="meta"))
+        assert out.shape == (3, 7, 32000) and out.device.type == "meta"
+        assert {s.flag for s in gm.specializations} <= {specfx.Specialize.NONE, specfx.Specialize.BOOL,
+                                                         specfx.Specialize.ITER_LEN}
+
+    def test_data_dependent_decision_on_meta_says_why(self):
+        """A branch on tensor data of a meta input raises SpecializationError naming the meta device."""
+        def f(x):
+            return x * 2 if x.sum() > 0 else x
+
+        with pytest.raises(SpecializationError, match="meta device"):
+            specfx.trace(f, torch.empty(4, device="meta"), policy=Policy(bool=True))
+
+
+# -- regressions: specfx bugs met in the zoo (run in a subprocess: they used to crash) --------
+
+
+class TestZooRegressions:
+    def test_gelu_new_does_not_crash(self):
+        """GPT-2's NewGELUActivation formula (torch.pow(x, 3.0)) traces without crashing the interpreter."""
+        done = _run_isolated("""
+            import math, torch, specfx
+            def gelu_new(x):
+                inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))
+                return 0.5 * x * (1.0 + torch.tanh(inner))
+            gm = specfx.trace(gelu_new, torch.randn(2, 3))
+            x = torch.randn(4, 5)
+            assert torch.allclose(gm(x), gelu_new(x))
+        """)
+        assert done.returncode == 0, done.stderr[-500:]
+
+    def test_leaf_returning_none_takes_the_eager_path(self):
+        """A leaf module that returns None (a mask builder with no mask) is None in the traced code too."""
+        class NoMask(nn.Module):
+            def forward(self, x):
+                return None
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mask = NoMask()
+
+            def forward(self, x):
+                mask = self.mask(x)
+                return x * 2 if mask is None else x
+
+        model = Model()
+        gm = specfx.trace(model, torch.ones(2), leaf_modules=[NoMask])
+        assert torch.equal(gm(torch.ones(2)), model(torch.ones(2)))
+
+    def test_concrete_args_with_non_default_value(self):
+        """concrete_args={'use_cache': False} (as transformers users trace) bakes in a non-default value."""
+        def f(x, use_cache=None):
+            return x if use_cache else -x
+
+        gm = specfx.trace(f, (torch.ones(2),), concrete_args={"use_cache": False})
+        assert torch.equal(gm(torch.ones(2), False), -torch.ones(2))
+        with pytest.raises(AssertionError, match="specialized to have value False"):  # torch.fx's own check
+            gm(torch.ones(2), True)
