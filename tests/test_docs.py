@@ -42,6 +42,14 @@ def test_document_blocks_run(path, capsys):
     run_document(path)
 
 
+def test_api_reference_is_current():
+    """docs/api.md is what tools/gen_api.py generates from the docstrings today."""
+    import runpy
+
+    generator = runpy.run_path(str(ROOT / "tools" / "gen_api.py"))
+    assert (ROOT / "docs" / "api.md").read_text() == generator["render"](), "run python tools/gen_api.py"
+
+
 class TestReadme:
     def test_readme_example(self, capsys):
         """The README example runs; its last line raises the GuardError it promises."""
