@@ -6,18 +6,49 @@ import re
 from collections import Counter
 from typing import Any, Dict, List, Sequence, Tuple
 
-from ._guards import Specialization
+import torch.fx
+
+from ._guards import GUARDS, Specialization
 from ._messages import short_repr
+from ._policy import Specialize
+from ._source import SourceLocation
 
 __all__ = ["explain"]
 
 _NUMBERED = re.compile(r"_\d+\b")
 
 
+_KIND_OF_GUARD = {guard: kind for kind, guard in GUARDS.items()}  # guard_len: "len"
+
+
+def _records_from_guards(gm: Any) -> List[Specialization]:
+    """Rebuild the records from the guard nodes, for graphs that kept their guards
+    but lost the ``specializations`` attribute (FX quantization's prepare_fx and
+    convert_fx copy only the graph)."""
+    records = []
+    for node in gm.graph.nodes:
+        kind = _KIND_OF_GUARD.get(node.target) if node.op == "call_function" else None
+        if kind is None:
+            continue
+        *_, expected, expression, where = node.args
+        path, _, rest = where.partition(":")
+        line, _, _source = rest.partition(":")
+        location = SourceLocation(path, int(line), "") if line.strip().isdigit() else None
+        subject = node.args[0]
+        records.append(Specialization(
+            kind=kind, flag=Specialize.NONE, value=expected, expression=expression,
+            node=getattr(subject, "name", str(subject)), location=location, guard=node.name))
+    return records
+
+
 def _specializations_of(gm: Any) -> Sequence[Specialization]:
     if isinstance(gm, (list, tuple)):
         return gm
     records = getattr(gm, "specializations", None)
+    if records is None and isinstance(getattr(gm, "graph", None), torch.fx.Graph):
+        records = _records_from_guards(gm)
+        if records:
+            return records
     if records is None:
         raise TypeError(
             f"explain() takes a GraphModule made by specfx.trace (or its .specializations); "
@@ -29,7 +60,9 @@ def _specializations_of(gm: Any) -> Sequence[Specialization]:
 def explain(gm: Any) -> str:
     """A table of every specialization in ``gm`` (kind, value, flag, location,
     guard) and a summary line. Identical decisions made by the same source
-    line (the same check in every layer) are one row with a count.
+    line (the same check in every layer) are one row with a count. A graph
+    that lost its records but kept its guards (after FX quantization) is
+    explained from the guard nodes (flags then show as ``always``).
 
     >>> import torch, specfx
     >>> def f(x):

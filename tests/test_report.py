@@ -72,3 +72,14 @@ class TestExplain:
         gm = specfx.trace(SplitCat(), torch.randn(1, 4, 2, 2), policy=Policy(iter=True))
         torch.save(gm, tmp_path / "gm.pt")
         assert explain(torch.load(tmp_path / "gm.pt", weights_only=False)) == explain(gm)
+
+
+class TestExplainFromGuards:
+    def test_graph_that_lost_its_records_is_explained_from_guard_nodes(self):
+        """A graph copied without its attributes (as FX quantization does) is explained from its guards."""
+        gm = specfx.trace(SplitCat(), torch.randn(1, 4, 2, 2), policy=Policy(iter=True))
+        copied = torch.fx.GraphModule(gm, gm.graph)
+        summary, _, row = explain(copied).splitlines()
+        assert summary == "specfx: 1 specialization from 1 source line (len: 1), all guarded"
+        assert "len(split) == 2" in row and row.split()[3] == "always"
+        assert row.split()[5] == gm.specializations[0].where
