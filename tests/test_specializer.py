@@ -9,7 +9,6 @@ import pytest
 import torch
 from torch import nn
 
-import specfx
 from specfx import GuardError, Policy, Specializer, VariantLimitError
 
 from .models import SplitCat

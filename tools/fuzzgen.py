@@ -649,7 +649,6 @@ def _extra(w: Writer, ctx: Context, draft: ModuleDraft, depth: int) -> None:
         i = ctx.fresh("i")
         w.both(f"{i} = 0")
         ctx.needs(BOOL, SCALARS)
-        item_token = ctx.token()
         _emit_decision(
             w, ctx, f"while {i} < 3 and h.abs().max().item() > 1.5:",
             lambda t: f"while {i} < 3 and R.item_truth({t}, {t}, R.item({t}, h.abs().max()) > 1.5):",
@@ -684,7 +683,7 @@ def _split_iter(w: Writer, ctx: Context, draft: ModuleDraft) -> None:
     elif form == "unbind":
         acc = ctx.fresh("acc")
         w.both(f"{acc} = h.sum(dim=1) * 0")
-        _emit_decision(w, ctx, f"for i, r in enumerate(torch.unbind(h, dim=1)):",
+        _emit_decision(w, ctx, "for i, r in enumerate(torch.unbind(h, dim=1)):",
                        lambda t: f"for i, r in enumerate(R.iter({t}, torch.unbind(h, dim=1))):")
         w.nested().both(f"{acc} = {acc} + r * (i % 2 * 2 - 1)")
         w.both(f"h = h + {acc}.unsqueeze(1)")
@@ -701,7 +700,7 @@ def _split_iter(w: Writer, ctx: Context, draft: ModuleDraft) -> None:
         w.nested().both(f"{acc} = {acc} + p.sum() - 2 * q.sum()")
         w.both(f"h = h + {acc}")
     else:  # list
-        _emit_decision(w, ctx, f"h = torch.stack(list(torch.unbind(h, dim=1))[::-1], dim=1)",
+        _emit_decision(w, ctx, "h = torch.stack(list(torch.unbind(h, dim=1))[::-1], dim=1)",
                        lambda t: f"h = torch.stack(list(R.iter({t}, torch.unbind(h, dim=1)))[::-1], dim=1)")
 
 
