@@ -20,6 +20,7 @@ import inspect
 import linecache
 import math
 import operator
+import sys
 import threading
 import types
 from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
@@ -71,6 +72,18 @@ def _instructions(code: types.CodeType) -> Tuple[list, Dict[int, int]]:
         listing = list(dis.get_instructions(code))
         cached = _INSTRUCTIONS[code] = (listing, {inst.offset: i for i, inst in enumerate(listing)})
     return cached
+
+
+def _constant_subscript_next(frame: types.FrameType) -> Optional[int]:
+    """``k`` when the frame's next operation is ``[k]`` with a constant int (``x.shape[1]``)."""
+    listing, position = _instructions(frame.f_code)
+    index = position.get(frame.f_lasti)
+    if index is None or index + 2 >= len(listing):
+        return None
+    load, subscript = listing[index + 1], listing[index + 2]
+    if load.opname == "LOAD_CONST" and type(load.argval) is int and subscript.opname == "BINARY_SUBSCR":
+        return load.argval
+    return None
 
 
 def _instruction_at(frame: types.FrameType) -> Optional[dis.Instruction]:
@@ -480,7 +493,13 @@ class SpecTracer(torch.fx.Tracer):
             symbolic.__dict__["_specfx_shape"] = True
             return symbolic
         if name == "shape":
-            self._decide_shape(proxy, "shape", tuple(attribute), f"{_name(proxy)}.shape", (tuple(attribute),))
+            dim = _constant_subscript_next(sys._getframe(2))  # the frame that wrote `x.shape`
+            if dim is not None and -len(attribute) <= dim < len(attribute):
+                # `x.shape[1]` reads one dimension: guard that one, as x.size(1) does
+                self._decide_shape(proxy, "size", attribute[dim], f"{_name(proxy)}.size({dim})",
+                                   (dim, attribute[dim]))
+            else:
+                self._decide_shape(proxy, "shape", tuple(attribute), f"{_name(proxy)}.shape", (tuple(attribute),))
         else:
             self._decide_shape(proxy, "ndim", attribute, f"{_name(proxy)}.ndim", (attribute,))
         return attribute

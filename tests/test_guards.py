@@ -76,7 +76,7 @@ def branch_on_batch(x):
 
 
 def reshape_by_shape(x):
-    return x.reshape(x.shape[0], -1)
+    return x.reshape(x.shape[:1] + (-1,))  # a slice of the shape: the whole shape is read
 
 
 def reshape_by_size_dim(x):
@@ -498,7 +498,7 @@ class Mixed(nn.Module):
 
 
 MIXED_EXAMPLE = (torch.rand(4, 4), {"u": torch.ones(4), "v": torch.ones(4)})
-MIXED_KINDS = {"is_none", "is_tensor", "unpack", "iter", "bool", "shape", "float", "keys"}
+MIXED_KINDS = {"is_none", "is_tensor", "unpack", "iter", "bool", "size", "float", "keys"}
 
 
 class TestGuardsDisabled:

@@ -272,12 +272,12 @@ class Probe:
             self._facet(line, SHAPES, "shape", tuple(tensor.shape), tensor)
         return tensor.shape
 
-    def param_shape(self, line: int, param: torch.Tensor) -> torch.Size:
-        """``param.shape`` of a module parameter (constant under ``param_shapes_constant``)."""
+    def param_size(self, line: int, param: torch.Tensor, dim: int) -> int:
+        """``param.shape[dim]`` of a module parameter: only that dimension is decided."""
         if SHAPES in self.flags or self.plan.param_shapes_constant:
             flag = SHAPES if SHAPES in self.flags else Specialize.NONE
-            self._facet(line, flag, "shape", tuple(param.shape), param)
-        return param.shape
+            self._facet(line, flag, f"size({dim})", param.size(dim), param)
+        return param.size(dim)
 
     def is_tensor(self, line: int, value: Any) -> bool:
         """``isinstance(value, torch.Tensor)``: decided (and guarded) when ``value`` is the input."""
@@ -474,7 +474,7 @@ def _shape_read(ctx: Context) -> Tuple[str, Callable[[str], str]]:
     """A shape-derived predicate: (clean, instrumented given a token)."""
     kind = ctx.ch.choice(["shape0", "size1", "dim", "sizelast", "numel"])
     if kind == "shape0":
-        return "h.shape[0] > 1", lambda t: f"R.shape({t}, h)[0] > 1"
+        return "h.shape[0] > 1", lambda t: f"R.size({t}, h, 0) > 1"  # specfx guards only dim 0
     if kind == "size1":
         return "h.size(1) % 2 == 0", lambda t: f"R.size({t}, h, 1) % 2 == 0"
     if kind == "dim":
@@ -616,7 +616,7 @@ def _extra(w: Writer, ctx: Context, draft: ModuleDraft, depth: int) -> None:
         draft.vec = True
         ctx.needs(BOOL, SHAPES)
         _emit_decision(w, ctx, "if self.vec.shape[0] > 2:",
-                       lambda t: f"if R.truth({t}, R.param_shape({t}, self.vec)[0] > 2, shape='param'):")
+                       lambda t: f"if R.truth({t}, R.param_size({t}, self.vec, 0) > 2, shape='param'):")
         w.nested().both("h = h * self.vec.sum() + self.vec[0]")
     elif form == "not_or":
         first, second = ch.choice(DATA_PREDICATES), ch.choice(DATA_PREDICATES)
@@ -715,7 +715,7 @@ def _shape_math(w: Writer, ctx: Context) -> None:
         _emit_decision(w, ctx, "h = h.view(h.size(0), -1)", lambda t: f"h = h.view(R.size({t}, h, 0), -1)")
     elif form == "reshape":
         _emit_decision(w, ctx, "h = h.reshape(h.shape[0], h.shape[1], -1)",
-                       lambda t: f"h = h.reshape(R.shape({t}, h)[0], R.shape({t}, h)[1], -1)")
+                       lambda t: f"h = h.reshape(R.size({t}, h, 0), R.size({t}, h, 1), -1)")
     elif form == "mul":
         _emit_decision(w, ctx, "h = h * (h.size(1) % 3 + 1)",
                        lambda t: f"h = h * (R.size({t}, h, 1) % 3 + 1)")
@@ -725,7 +725,7 @@ def _shape_math(w: Writer, ctx: Context) -> None:
         n = ctx.fresh("n")
         ctx.needs(SHAPES)
         read = ch.choice(["h.shape[1]", "h.size(1)"])
-        instr_read = "R.shape(@T@, h)[1]" if read == "h.shape[1]" else "R.size(@T@, h, 1)"
+        instr_read = "R.size(@T@, h, 1)"  # `h.shape[1]` is read (and guarded) like `h.size(1)`
         _emit_decision(w, ctx, f"{n} = int({read} // 2)",
                        lambda t: f"{n} = R.shape_number({t}, {instr_read.replace('@T@', t)} // 2)")
         w.both(f"h = h[:, :{n} + 1] * ({n} + 1)")
