@@ -64,6 +64,7 @@ class StateKeeper:
             self._tables = [
                 (name, m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules))
                 for name, m in self._module.named_modules()
+                if not isinstance(m, torch.jit.ScriptModule)  # C++-backed tables; Python code cannot rebind them
             ]
             if runs_ops:  # without example inputs no op runs, so no tensor can change
                 groups: Dict[Tuple[Any, Any], List[torch.Tensor]] = {}

@@ -191,3 +191,25 @@ class TestDunders:
 
         with pytest.raises(TypeError, match="0-d tensor"):
             specfx.trace(f, torch.ones(2), policy=Policy(iter=True))
+
+
+class TestScriptedSubmodules:
+    def test_scripted_submodule_is_a_call(self):
+        """A torch.jit.script submodule is recorded as a call (as torch.fx does) and state keeping copes with it."""
+
+        class Scripted(nn.Module):
+            def forward(self, x):
+                return torch.relu(x)
+
+        class Holder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.s = torch.jit.script(Scripted())
+
+            def forward(self, x):
+                return self.s(x) + 1
+
+        for examples in (None, (torch.randn(3),)):
+            gm = specfx.trace(Holder(), examples)
+            x = torch.randn(4)
+            assert torch.equal(gm(x), torch.relu(x) + 1)
