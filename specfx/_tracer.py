@@ -344,12 +344,12 @@ class SpecTracer(torch.fx.Tracer):
             raise Unevaluable()
         if location is None:
             location = user_location()
-        if flag is not Specialize.NONE and not allowed_by_params:
-            resolved = self._resolved()
-            if flag not in resolved.flags:
-                raise _messages.denied_error(
-                    operation, flag, value, location, resolved, self._current_module(), extra_fix, kind
-                )
+        resolved = self._resolved()
+        granted = flag is Specialize.NONE or flag in resolved.flags
+        if not granted and not allowed_by_params:
+            raise _messages.denied_error(
+                operation, flag, value, location, resolved, self._current_module(), extra_fix, kind
+            )
         if needs_data and _is_meta(value_of(proxy)):
             raise _messages.meta_error(operation, flag, location, _name(proxy), kind)
         key = dedupe if dedupe is not None else (proxy.node, kind, guard_args[:-1])
@@ -366,7 +366,7 @@ class SpecTracer(torch.fx.Tracer):
         self.specializations.append(
             Specialization(
                 kind=kind,
-                flag=Specialize.NONE if allowed_by_params and flag not in self._resolved().flags else flag,
+                flag=flag if granted else Specialize.NONE,  # else allowed by param_shapes_constant alone
                 value=value,
                 expression=expression,
                 node=proxy.node.name,
@@ -531,9 +531,8 @@ class SpecTracer(torch.fx.Tracer):
         return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
 
     def _shapes_allowed(self, proxy: ValueProxy) -> bool:
-        if Specialize.SHAPES in self._resolved().flags:
-            return True
-        return self._resolved().param_shapes_constant and _is_parameter_node(proxy)
+        resolved = self._resolved()
+        return Specialize.SHAPES in resolved.flags or (resolved.param_shapes_constant and _is_parameter_node(proxy))
 
     def _decide_shape(self, proxy: ValueProxy, kind: str, value: Any, expression: str, guard_args: Tuple[Any, ...]) -> None:
         self._decide(proxy, kind, Specialize.SHAPES, value, expression, guard_args,
