@@ -35,7 +35,7 @@ from ._guards import GUARDS, Specialization
 from ._policy import Layer, Policy, Resolved, Specialize, resolve
 from ._scope import annotations_active, current_layers, fresh_layers, push_layer, reset_layers
 from ._evaluation import Unevaluable, concrete_values, mark_provenance, proxies_in, run_op, tensor_meta
-from ._source import SourceLocation, is_user_file, user_location
+from ._source import SourceLocation, user_location
 from ._values import (
     MISSING,
     SCALAR_METHODS,
@@ -43,10 +43,10 @@ from ._values import (
     TYPE_METHODS,
     ValueAttribute,
     ValueProxy,
+    builtin_isinstance,
     traced_isinstance,
     value_of,
 )
-from ._values import _builtin_isinstance
 
 __all__ = ["SpecTracer"]
 
@@ -167,7 +167,7 @@ class SpecTracer(torch.fx.Tracer):
                 return super().trace(root, concrete_args)
             finally:
                 if patch:
-                    builtins.isinstance = _builtin_isinstance
+                    builtins.isinstance = builtin_isinstance
                 reset_layers(token)
                 annotations_active().reset(annotations)
                 _ACTIVE_TRACER.reset(active)
@@ -539,10 +539,10 @@ class SpecTracer(torch.fx.Tracer):
                      operation=f"`{expression}`", allowed_by_params=_is_parameter_node(proxy))
 
     def note_type_read(self, proxy: ValueProxy, frame: types.FrameType) -> None:
-        """Called when user code asks ``isinstance`` of an input tensor: guard that it stays one."""
+        """Called when user code (``frame``; traced_isinstance checked it is user code) asks
+        ``isinstance`` of an input tensor: guard that it stays one."""
         if (type(proxy) is not ValueProxy or proxy.node.op != "placeholder"
-                or not isinstance(value_of(proxy), torch.Tensor) or (proxy.node, "is_tensor") in self._decided
-                or not is_user_file(frame.f_code.co_filename)):
+                or not isinstance(value_of(proxy), torch.Tensor) or (proxy.node, "is_tensor") in self._decided):
             return
         location = SourceLocation(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
         self._decide(proxy, "is_tensor", Specialize.NONE, True, _name(proxy),

@@ -23,7 +23,7 @@ from ._source import is_user_file
 if TYPE_CHECKING:
     from ._tracer import SpecTracer
 
-__all__ = ["MISSING", "ValueAttribute", "ValueProxy", "traced_isinstance", "value_of"]
+__all__ = ["MISSING", "ValueAttribute", "ValueProxy", "builtin_isinstance", "traced_isinstance", "value_of"]
 
 
 class _Missing:
@@ -56,17 +56,17 @@ def traced_isinstance(obj: Any, classinfo: Any) -> bool:
     """``builtins.isinstance`` while specfx traces with example inputs: a proxy with
     a value answers as its value does (so ``isinstance(x, torch.Tensor)`` is True
     for a tensor input, and that answer is guarded); anything else as usual."""
-    if _builtin_isinstance(obj, ValueProxy):
+    if builtin_isinstance(obj, ValueProxy):
         value = obj.__dict__.get("_specfx_value", MISSING)
         caller = sys._getframe(1)
         # torch (and torch.fx) must keep seeing a Proxy: they dispatch it via __torch_function__.
         if value is not MISSING and is_user_file(caller.f_code.co_filename):
             obj.tracer.note_type_read(obj, caller)
-            return _builtin_isinstance(value, classinfo)
-    return _builtin_isinstance(obj, classinfo)
+            return builtin_isinstance(value, classinfo)
+    return builtin_isinstance(obj, classinfo)
 
 
-_builtin_isinstance = isinstance  # bound before any patching
+builtin_isinstance = isinstance  # bound before any patching
 
 
 def value_of(proxy: Proxy) -> Any:
