@@ -168,8 +168,8 @@ class Policy:
         self,
         flags: Union[Specialize, str] = Specialize.NONE,
         *,
-        iter: Optional[bool] = None,  # noqa: A002 - keywords mirror the flags
-        bool: Optional[bool] = None,  # noqa: A002
+        iter: Optional[bool] = None,
+        bool: Optional[bool] = None,
         shapes: Optional[bool] = None,
         scalars: Optional[bool] = None,
         param_shapes_constant: builtins.bool = False,

@@ -54,7 +54,7 @@ def reset_layers(token: contextvars.Token[Tuple[Layer, ...]]) -> None:
     _LAYERS.reset(token)
 
 
-class specialize:  # noqa: N801 - used like a function: @specialize(iter=True)
+class specialize:
     """Grant (or forbid) specialization flags while the annotated code is traced.
 
     Use it as a decorator on a function, a method or an ``nn.Module`` subclass
@@ -90,8 +90,8 @@ class specialize:  # noqa: N801 - used like a function: @specialize(iter=True)
         self,
         flags: Union[Specialize, str] = Specialize.NONE,
         *,
-        iter: Optional[bool] = None,  # noqa: A002 - keywords mirror the flags
-        bool: Optional[bool] = None,  # noqa: A002
+        iter: Optional[bool] = None,
+        bool: Optional[bool] = None,
         shapes: Optional[bool] = None,
         scalars: Optional[bool] = None,
     ) -> None:

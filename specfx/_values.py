@@ -104,7 +104,7 @@ class ValueProxy(Proxy):
         return ValueAttribute(self, name, attribute)
 
     @property  # type: ignore[misc]
-    def __class__(self) -> type:  # noqa: D105
+    def __class__(self) -> type:
         # isinstance(p, tuple/list/dict/int/...) answers as the value does. Never for tensors:
         # torch's C++ checks (THPVariable_Check) use isinstance and would then read the proxy
         # as a tensor and crash; `isinstance(x, torch.Tensor)` is answered by `traced_isinstance`.

@@ -32,8 +32,8 @@ import specfx
 from specfx import GuardError, SpecializationError
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-import fuzz  # noqa: E402
-import fuzzgen  # noqa: E402
+import fuzz
+import fuzzgen
 
 FUZZ = settings(max_examples=120, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -99,7 +99,7 @@ class TestTraceAgainstEager:
             ok, actual = fuzzgen.run(gm, x)
             where = f"input {label} {tuple(x.shape)}"
             if ok:
-                torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m: f"{where}: {m}")
+                torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m, where=where: f"{where}: {m}")
                 assert differs is None, f"{where}: eager decides {differs} differently, yet no guard fired"
             else:
                 assert isinstance(actual, GuardError), f"{where}: {type(actual).__name__}: {actual}"

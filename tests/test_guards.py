@@ -501,11 +501,13 @@ MIXED_EXAMPLE = (torch.rand(4, 4), {"u": torch.ones(4), "v": torch.ones(4)})
 MIXED_KINDS = {"is_none", "is_tensor", "unpack", "iter", "bool", "size", "float", "keys"}
 
 
+@pytest.fixture(scope="module")
+def unguarded():
+    return specfx.trace(Mixed(), MIXED_EXAMPLE, {"mask": None}, policy=Policy(specfx.Specialize.ALL),
+                        guards=False)
+
+
 class TestGuardsDisabled:
-    @pytest.fixture(scope="class")
-    def unguarded(self):
-        return specfx.trace(Mixed(), MIXED_EXAMPLE, {"mask": None}, policy=Policy(specfx.Specialize.ALL),
-                            guards=False)
 
     def test_no_guard_nodes(self, unguarded):
         """With guards=False the graph contains no guard calls at all."""
@@ -532,10 +534,12 @@ class TestGuardsDisabled:
 # -- bookkeeping: one guard per specialization -----------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def mixed_gm():
+    return specfx.trace(Mixed(), MIXED_EXAMPLE, {"mask": None}, policy=Policy(specfx.Specialize.ALL))
+
+
 class TestOneGuardPerSpecialization:
-    @pytest.fixture(scope="class")
-    def mixed_gm(self):
-        return specfx.trace(Mixed(), MIXED_EXAMPLE, {"mask": None}, policy=Policy(specfx.Specialize.ALL))
 
     def test_each_record_has_its_own_guard(self, mixed_gm):
         """Every specialization names a distinct guard node."""

@@ -494,7 +494,11 @@ def _commit() -> Optional[str]:
 
 def run(settings: Settings, log: Callable[[str], None]) -> Dict[str, Any]:
     started = time.perf_counter()
-    log = (lambda message, _log=log: _log(f"[{time.perf_counter() - started:5.0f} s] {message}"))
+    plain_log = log
+
+    def log(message: str) -> None:
+        plain_log(f"[{time.perf_counter() - started:5.0f} s] {message}")
+
     results: Dict[str, Any] = {"machine": machine(), "mode": "quick" if settings.quick else "full",
                                "clock": settings.clock, "peers_max_ops": settings.peers_max_ops,
                                "cases": {}, "memory": {}, "runtime": {}}

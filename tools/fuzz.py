@@ -49,10 +49,10 @@ from typing import Any, Counter, Dict, List, Optional, Tuple
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fuzzgen  # noqa: E402
+import fuzzgen
 
-import specfx  # noqa: E402
-from specfx import GuardError, SpecializationError  # noqa: E402
+import specfx
+from specfx import GuardError, SpecializationError
 
 CHUNK = 50  # programs per worker process
 GUARD_OF_KIND = {
@@ -136,7 +136,7 @@ def trace_widening(case: fuzzgen.Case, counts: Counter, problems: List[str]) -> 
             else:
                 plan = plan.with_flag(error.flag)
             continue
-        except Exception as error:  # noqa: BLE001 - a crash is reported, not fatal to the run
+        except Exception as error:
             counts["trace crashes"] += 1
             problems.append(f"trace crashed: {type(error).__name__}: {error}")
             return None, plan, probe
@@ -178,7 +178,7 @@ def jit_trace(case: fuzzgen.Case) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # TracerWarnings: jit.trace's own notes on what it baked in
             return torch.jit.trace(case.model, (case.example.clone(),), check_trace=False)
-    except Exception:  # noqa: BLE001 - counted, not fatal
+    except Exception:
         return None
 
 

@@ -110,7 +110,7 @@ def measure(name: str, model: nn.Module, example: tuple, repeats: int) -> Dict[s
             names = list(graphs)
             names = names[round_ % 3:] + names[: round_ % 3]
             for key in names:
-                runs[key].append(_time_ms(lambda: graphs[key](*example)))
+                runs[key].append(_time_ms(lambda graph=graphs[key]: graph(*example)))
     medians = {key: statistics.median(times) for key, times in runs.items()}
     # The guards' own cost, measured directly: timing noise between two whole forwards on
     # a shared machine is larger than what 100 guard calls cost.

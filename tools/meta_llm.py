@@ -38,12 +38,12 @@ from typing import Any, Dict
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
-import specfx  # noqa: E402
-from specfx import Policy  # noqa: E402
-from zoo import HFCausalMask, llama_config  # noqa: E402
+import specfx
+from specfx import Policy
+from zoo import HFCausalMask, llama_config
 
 TARGET_SECONDS = 30.0
 TARGET_RSS_BYTES = 2 * 1024 ** 3

@@ -54,13 +54,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
-import torch  # noqa: E402
-import torch.fx  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+import torch.fx
+import torch.nn.functional as F
+from torch import nn
 
-import specfx  # noqa: E402
-from specfx import Policy, Specialize  # noqa: E402
+import specfx
+from specfx import Policy, Specialize
 
 Call = Tuple[tuple, Dict[str, Any]]
 
