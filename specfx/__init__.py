@@ -31,7 +31,7 @@ from ._guards import (  # noqa: F401 - guard_* are referenced by generated graph
 from ._policy import Policy, Specialize
 from ._report import explain
 from ._scope import specialize
-from ._specializer import Specializer, VariantLimitError
+from ._specializer import Specializer
 from ._trace import trace
 from ._tracer import SpecTracer
 from .errors import (
@@ -40,6 +40,7 @@ from .errors import (
     SpecializationError,
     SpecializationWarning,
     TraceCheckError,
+    VariantLimitError,
 )
 
 __version__ = "0.1.0"

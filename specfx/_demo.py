@@ -23,8 +23,8 @@ class TestModule(nn.Module):
         return torch.cat(args, dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.split(x, 2, dim=1)
-        return self.call_cat(*x)
+        parts = torch.split(x, 2, dim=1)
+        return self.call_cat(*parts)
 
 
 class GatedBlock(nn.Module):

@@ -43,10 +43,12 @@ def _fail(
         f"  assumed at {where}\n"
         f"The graph is only valid for inputs that keep this assumption. Retrace with an "
         f"example input like this one (specfx.trace(model, example_inputs, policy=...)), "
+        f"let specfx.Specializer(model, policy) keep one graph per set of assumptions, "
         f"or narrow the policy so that this value stays symbolic.",
+        expression=what,
         expected=expected,
         actual=actual,
-        where=where,
+        location=where,
     )
 
 

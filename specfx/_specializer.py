@@ -21,7 +21,7 @@ import torch.fx
 from ._guards import GUARDS
 from ._messages import short_repr
 from ._report import explain as explain_graph
-from .errors import GuardError, SpecfxError
+from .errors import GuardError, VariantLimitError  # VariantLimitError: defined with the other errors
 
 __all__ = ["Specializer", "VariantLimitError"]
 
@@ -35,22 +35,6 @@ _METADATA_FUNCTIONS = frozenset(
 )
 _METADATA_METHODS = frozenset({"size", "dim", "numel", "nelement", "keys", "items", "values"})
 _METADATA_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "device", "is_cuda", "layout"})
-
-
-class VariantLimitError(SpecfxError, RuntimeError):
-    """Raised by :class:`Specializer` when no variant's guards hold for an input
-    and ``max_variants`` variants exist already. The message lists each
-    variant and the guard that rejected the input.
-
-    >>> import torch, specfx
-    >>> spec = specfx.Specializer(lambda x: sum(torch.unbind(x)), "iter", max_variants=1)
-    >>> _ = spec(torch.ones(2, 3))
-    >>> try:
-    ...     spec(torch.ones(3, 3))
-    ... except specfx.VariantLimitError as e:
-    ...     print(str(e).splitlines()[0])
-    no variant of the traced model fits this input and max_variants=1 is reached:
-    """
 
 
 def _is_metadata_node(node: torch.fx.Node) -> bool:

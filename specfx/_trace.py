@@ -19,7 +19,7 @@ from ._guards import Specialization
 from ._policy import Policy, Specialize, parse_flags
 from ._state import clone_example, preserved_state
 from ._tracer import SpecTracer
-from .errors import GuardError, SpecializationWarning, TraceCheckError
+from .errors import GuardError, SpecializationWarning, TraceCheckError, docs_pointer
 
 __all__ = ["trace"]
 
@@ -303,7 +303,8 @@ def _warn_degenerate(specializations: Sequence[Specialization]) -> None:
     warnings.warn(
         f"{len(degenerate)} specialization(s) were decided on an empty container, a length of "
         f"0 or 1 or a size-0/1 dimension; the example inputs may not be representative "
-        f"(the guards reject inputs that differ):\n{lines}{more}",
+        f"(the guards reject inputs that differ):\n{lines}{more}\n"
+        f"{docs_pointer(SpecializationWarning.docs_section)}",
         SpecializationWarning,
         stacklevel=3,
     )

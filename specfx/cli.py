@@ -60,7 +60,9 @@ def parse_input(text: str) -> Any:
             raise UsageError(f"input {text!r}: {name or 'this'}() is not one of {', '.join(_FACTORIES)}")
         try:
             args = [ast.literal_eval(a) for a in tree.args]
-            kwargs = {k.arg: _keyword_value(k.value) for k in tree.keywords}
+            if any(k.arg is None for k in tree.keywords):
+                raise ValueError("**mapping is not a literal argument")
+            kwargs = {str(k.arg): _keyword_value(k.value) for k in tree.keywords}
         except (ValueError, TypeError) as error:
             raise UsageError(f"input {text!r}: arguments must be literals ({error})") from None
         try:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
+import multiprocessing.reduction
+import pathlib
 import pickle
+import re
 
 import pytest
 import torch
 
 import specfx
 from specfx import GuardError, Policy, SpecializationError, specialize
+from specfx import errors
 
 from .models import MODELS_FILE, SplitCat, line_of
 
@@ -29,7 +34,8 @@ class TestSpecializationError:
             "(traced value: 2), but Specialize.ITER_LEN is not allowed by the policy in force.\n"
             "Fix: pass policy=Policy(iter=True) to specfx.trace; or decorate SplitCat.forward with "
             "@specialize(iter=True).\n"
-            f"  at {MODELS_FILE}:{SEED_LINE}: return self.call_cat(*x)"
+            f"  at {MODELS_FILE}:{SEED_LINE}: return self.call_cat(*x)\n"
+            "(specfx docs: docs/errors.md#specializationerror)"
         )
         assert caught.value.location == f"{MODELS_FILE}:{SEED_LINE}"
         assert caught.value.operation.startswith("iterating over `split`")
@@ -60,7 +66,7 @@ class TestSpecializationError:
 
         with pytest.raises(SpecializationError) as caught:
             specfx.trace(f)
-        first, fix, where = _message(caught).splitlines()
+        first, fix, where, pointer = _message(caught).splitlines()
         assert first == (
             "bool() of `gt` needs a concrete value, but `gt` was traced without example inputs, so it has "
             "none (symbolically traced variables cannot be used as inputs to control flow)."
@@ -104,9 +110,14 @@ class TestGuardError:
             "len(split) == 3.\n"
             f"  assumed at {MODELS_FILE}:{SEED_LINE}: return self.call_cat(*x)\n"
             "The graph is only valid for inputs that keep this assumption. Retrace with an example input "
-            "like this one (specfx.trace(model, example_inputs, policy=...)), or narrow the policy so that "
-            "this value stays symbolic."
+            "like this one (specfx.trace(model, example_inputs, policy=...)), let "
+            "specfx.Specializer(model, policy) keep one graph per set of assumptions, or narrow the policy "
+            "so that this value stays symbolic.\n"
+            "(specfx docs: docs/errors.md#guarderror)"
         )
+        error = caught.value
+        assert (error.expression, error.expected, error.actual) == ("len(split)", 2, 3)
+        assert error.location == f"{MODELS_FILE}:{SEED_LINE}: return self.call_cat(*x)"
 
     def test_wrong_input_type_is_a_guard_error(self):
         """An input of the wrong type fails the guard as GuardError, not TypeError."""
@@ -117,12 +128,6 @@ class TestGuardError:
         gm = specfx.trace(f, torch.ones(2))
         with pytest.raises(GuardError, match="mask is None, but for this input mask is not None"):
             gm(torch.ones(2), torch.ones(2))
-
-    def test_pickles_with_fields(self):
-        """GuardError keeps its message and fields across pickling."""
-        error = GuardError("boom", expected=2, actual=3, where="m.py:1")
-        again = pickle.loads(pickle.dumps(error))
-        assert (str(again), again.expected, again.actual, again.where) == ("boom", 2, 3, "m.py:1")
 
     def test_hierarchy(self):
         """Both errors subclass SpecfxError and the nearest builtin."""
@@ -171,3 +176,133 @@ class TestArgumentErrors:
         """trace() of something that is neither module nor function is a TypeError."""
         with pytest.raises(TypeError, match="takes an nn.Module or a function"):
             specfx.trace(42)
+
+
+ERROR_CLASSES = [cls for _, cls in inspect.getmembers(errors, inspect.isclass)
+                 if issubclass(cls, (errors.SpecfxError, errors.SpecializationWarning))]
+DOCS_ERRORS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+
+
+def _anchors(markdown: str) -> set:
+    """The anchors GitHub gives the headings of a markdown text."""
+    headings = re.findall(r"^#+ (.+)$", markdown, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def _raised(action) -> BaseException:
+    try:
+        action()
+    except Exception as error:
+        return error
+    raise AssertionError("nothing was raised")
+
+
+def _chunk_pair(x):
+    a, b = torch.chunk(x, 2)
+    return a + b
+
+
+# Each error as users meet it: raised by specfx itself.
+RAISED = {
+    "SpecializationError": lambda: specfx.trace(SplitCat(), torch.randn(1, 4, 3, 3)),
+    "SpecializationTypeError": lambda: specfx.trace(lambda x: x.new_zeros(int(x.sum())), torch.ones(2)),
+    "SpecializationRuntimeError": lambda: specfx.trace(lambda x: x * len(x)),
+    "GuardError": lambda: specfx.trace(_chunk_pair, torch.ones(4))(torch.ones(1)),
+    "TraceCheckError": lambda: specfx.trace(_chunk_pair, torch.ones(4), check_inputs=[torch.ones(1)]),
+    "VariantLimitError": lambda: [spec(torch.ones(n)) for spec in [specfx.Specializer(_chunk_pair, max_variants=1)]
+                                  for n in (4, 1)],
+}
+
+
+def _same_error(again: BaseException, error: BaseException) -> None:
+    assert type(again) is type(error)
+    assert str(again) == str(error) and again.args == error.args
+    assert set(vars(again)) == set(vars(error))
+    for name, value in vars(error).items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(getattr(again, name), value), name
+        else:
+            assert getattr(again, name) == value, name
+
+
+class TestErrorsAsData:
+    def test_every_error_class_is_raised_somewhere_here(self):
+        """The table of raised errors covers every concrete error class."""
+        concrete = {cls.__name__ for cls in ERROR_CLASSES if issubclass(cls, errors.SpecfxError)} - {"SpecfxError"}
+        assert concrete == set(RAISED)
+
+    @pytest.mark.parametrize("name", sorted(RAISED))
+    def test_raised_errors_are_module_level_classes(self, name):
+        """What specfx raises is a class defined in specfx.errors, not one made at run time."""
+        error = _raised(RAISED[name])
+        assert type(error) is getattr(errors, name)
+        assert type(error).__module__ == "specfx.errors" and type(error).__qualname__ == name
+
+    @pytest.mark.parametrize("name", sorted(RAISED))
+    @pytest.mark.parametrize("dumps", [pickle.dumps, multiprocessing.reduction.ForkingPickler.dumps],
+                             ids=["pickle", "multiprocessing"])
+    def test_raised_errors_round_trip(self, name, dumps):
+        """Each raised error unpickles to the same type, message and attributes."""
+        error = _raised(RAISED[name])
+        _same_error(pickle.loads(dumps(error)), error)
+
+    def test_constructed_errors_round_trip_with_every_attribute(self):
+        """Errors built by hand with all keyword attributes survive pickling too."""
+        built = [
+            errors.SpecializationTypeError("m", operation="int() of `n`", flag=specfx.Specialize.SCALARS,
+                                           value=torch.tensor(3), location="m.py:1"),
+            errors.GuardError("m", expression="len(x)", kind="len", expected=2, actual=3,
+                              location="m.py:1: a, b = x"),
+            errors.TraceCheckError("m", index=4),
+            errors.VariantLimitError("m"),
+        ]
+        for error in built:
+            _same_error(pickle.loads(pickle.dumps(error)), error)
+
+    def test_guard_error_where_is_location(self):
+        """GuardError(where=...) (the 0.1 keyword) fills `location`; `.where` reads it."""
+        error = GuardError("m", expected=2, actual=3, where="m.py:1: y = x")
+        assert error.location == error.where == "m.py:1: y = x"
+        assert GuardError("m").where == ""
+
+    def test_compatible_classes_are_both(self):
+        """The len()/int() errors are SpecializationErrors and the builtin torch.fx raises."""
+        assert issubclass(errors.SpecializationRuntimeError, SpecializationError)
+        assert issubclass(errors.SpecializationRuntimeError, RuntimeError)
+        assert issubclass(errors.SpecializationTypeError, TypeError)
+        assert errors.compatible_error_class(TypeError) is errors.SpecializationTypeError
+
+
+class TestDocsPointers:
+    @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda cls: cls.__name__)
+    def test_section_exists(self, cls):
+        """Each error class points at a heading that exists in docs/errors.md."""
+        assert cls.docs_section in _anchors(DOCS_ERRORS.read_text())
+
+    @pytest.mark.parametrize("name", sorted(RAISED))
+    def test_message_ends_with_pointer(self, name):
+        """Every raised message's last line is the pointer to its own section."""
+        error = _raised(RAISED[name])
+        assert str(error).splitlines()[-1] == errors.docs_pointer(type(error).docs_section)
+
+    def test_pointer_not_doubled(self):
+        """A message that already ends with its pointer does not get a second one."""
+        once = str(GuardError("m"))
+        assert str(GuardError(once)) == once
+
+    def test_warning_ends_with_pointer(self):
+        """The degenerate-example warning points at its section too."""
+        with pytest.warns(specfx.SpecializationWarning) as caught:
+            specfx.trace(lambda x: sum(torch.split(x, 4)), torch.ones(4), policy=Policy(iter=True))
+        assert str(caught[0].message).splitlines()[-1] == errors.docs_pointer("specializationwarning")
+
+    def test_docstrings_show_failing_and_fixed(self):
+        """Each error class docstring is its documentation: at least two runnable examples."""
+        import doctest
+
+        finder = doctest.DocTestFinder(recurse=False)
+        for cls in ERROR_CLASSES:
+            if cls is errors.SpecfxError:
+                continue
+            (test,) = finder.find(cls, cls.__name__)
+            assert len(test.examples) >= 2, cls.__name__
