@@ -69,8 +69,5 @@ class TestReadme:
         commands = re.findall(r"```bash\n(.*?)\n```", text, flags=re.S)
         assert commands == ["bash tools/install.sh && python -m specfx demo",
                             "bash tools/install.sh test && python -m pytest"]
-        # .ci/run runs the README's test command's two steps, in order (lint runs between them)
-        ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
-        install, test = commands[1].split(" && ")
-        assert install in ci_lines and test in ci_lines
-        assert ci_lines.index(install) < ci_lines.index(test)
+        ci = (ROOT / ".ci" / "run").read_text()
+        assert commands[1] in ci
