@@ -30,7 +30,7 @@ import torch.fx
 from torch.fx.node import Node
 from torch.fx.proxy import Proxy
 
-from . import _messages
+from . import _messages, _patches
 from ._guards import GUARDS, Specialization
 from ._policy import Layer, Policy, Resolved, Specialize, resolve
 from ._scope import annotations_active, current_layers, fresh_layers, push_layer, reset_layers
@@ -43,7 +43,6 @@ from ._values import (
     TYPE_METHODS,
     ValueAttribute,
     ValueProxy,
-    builtin_isinstance,
     traced_isinstance,
     value_of,
 )
@@ -156,18 +155,17 @@ class SpecTracer(torch.fx.Tracer):
             annotations = annotations_active().set(self.policy.annotations)
             token = fresh_layers()
             self._concrete_names = frozenset(concrete_args or ())
-            # With values, Python-level isinstance() answers as a proxy's value does, in model
-            # code and library helpers alike (transformers checks `isinstance(mask, torch.Tensor)`
-            # in its mask utilities). C code keeps the real answer: a Proxy is never taken for a
-            # tensor there. Other threads' calls get the builtin's answers (they hold no proxies).
-            patch = self.examples is not None and builtins.isinstance is not traced_isinstance
-            if patch:
-                builtins.isinstance = traced_isinstance
             try:
-                return super().trace(root, concrete_args)
+                with _patches.tracing():
+                    # With values, Python-level isinstance() answers as a proxy's value does, in
+                    # model code and library helpers alike (transformers checks `isinstance(mask,
+                    # torch.Tensor)` in its mask utilities). C code keeps the real answer: a Proxy
+                    # is never taken for a tensor there. Other threads keep the previous isinstance.
+                    if self.examples is not None:
+                        _patches.patch(builtins, "isinstance", traced_isinstance)
+                    _patches.confine_fx_tracing_flag()
+                    return super().trace(root, concrete_args)
             finally:
-                if patch:
-                    builtins.isinstance = builtin_isinstance
                 reset_layers(token)
                 annotations_active().reset(annotations)
                 _ACTIVE_TRACER.reset(active)

@@ -58,7 +58,7 @@ def traced_isinstance(obj: Any, classinfo: Any) -> bool:
     for a tensor input, and that answer is guarded); anything else as usual."""
     if builtin_isinstance(obj, ValueProxy):
         value = obj.__dict__.get("_specfx_value", MISSING)
-        caller = sys._getframe(1)
+        caller = sys._getframe(2)  # (1) is the dispatcher specfx._patches installs
         # torch (and torch.fx) must keep seeing a Proxy: they dispatch it via __torch_function__.
         if value is not MISSING and is_user_file(caller.f_code.co_filename):
             obj.tracer.note_type_read(obj, caller)

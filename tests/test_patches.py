@@ -1,0 +1,138 @@
+"""specfx._patches: every global change specfx makes while tracing is confined to
+the tracing thread and undone to exactly what was there before."""
+
+from __future__ import annotations
+
+import builtins
+import math
+import threading
+
+import pytest
+import torch
+import torch.fx._symbolic_trace as fx_trace
+from torch import nn
+
+import specfx
+from specfx import _patches
+
+
+class UsersIsinstance:
+    """A user's (or another library's) own isinstance patch, counting its calls."""
+
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+        self.calls = 0
+
+    def __call__(self, obj, classinfo):
+        self.calls += 1
+        return self.wrapped(obj, classinfo)
+
+
+@pytest.fixture
+def users_isinstance():
+    original = builtins.isinstance
+    patched = UsersIsinstance(original)
+    builtins.isinstance = patched
+    try:
+        yield patched
+    finally:
+        builtins.isinstance = original
+
+
+class ChecksIsTensor(nn.Module):
+    def forward(self, x):
+        return x + 1 if isinstance(x, torch.Tensor) else x
+
+
+class TestRestore:
+    def test_a_previous_patch_of_isinstance_survives_a_trace(self, users_isinstance):
+        specfx.trace(ChecksIsTensor(), (torch.ones(2),))
+        assert builtins.isinstance is users_isinstance
+
+    def test_a_failed_trace_restores_too(self, users_isinstance):
+        def fails(x):
+            return x if x.sum() > 0 else -x
+
+        with pytest.raises(specfx.SpecializationError):
+            specfx.trace(fails, (torch.ones(2),))
+        assert builtins.isinstance is users_isinstance
+
+    def test_fx_functions_are_restored(self):
+        codes = (fx_trace.is_fx_tracing.__code__, fx_trace.is_fx_symbolic_tracing.__code__)
+        specfx.trace(ChecksIsTensor(), (torch.ones(2),))
+        assert (fx_trace.is_fx_tracing.__code__, fx_trace.is_fx_symbolic_tracing.__code__) == codes
+        assert not hasattr(fx_trace, "_specfx_fx_tracing_flag")
+
+    def test_isinstance_answers_as_the_value_inside_the_trace(self):
+        gm = specfx.trace(ChecksIsTensor(), (torch.ones(2),))
+        assert torch.equal(gm(torch.ones(2)), torch.full((2,), 2.0))
+
+    def test_patch_outside_a_session_is_refused(self):
+        with pytest.raises(RuntimeError, match="tracing"):
+            _patches.patch(math, "floor", lambda x: 0)
+
+    def test_sessions_ending_out_of_order_restore_the_original(self):
+        original = math.floor
+        first_in, second_in, first_out = threading.Barrier(2), threading.Barrier(2), threading.Barrier(2)
+        seen = {}
+
+        def first():
+            with _patches.tracing():
+                _patches.patch(math, "floor", lambda x: "first")
+                first_in.wait()
+                second_in.wait()  # the second session is installed on top of ours
+                seen["first"] = math.floor(1.5)
+            first_out.wait()
+
+        def second():
+            first_in.wait()
+            with _patches.tracing():
+                _patches.patch(math, "floor", lambda x: "second")
+                second_in.wait()
+                first_out.wait()  # the first session has ended before this one
+                seen["second"] = math.floor(1.5)
+
+        threads = [threading.Thread(target=first), threading.Thread(target=second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert seen == {"first": "first", "second": "second"}
+        assert math.floor is original
+
+    def test_nested_sessions_see_their_own_replacement_then_the_outer(self):
+        with _patches.tracing():
+            _patches.patch(math, "floor", lambda x: "outer")
+            with _patches.tracing():
+                _patches.patch(math, "floor", lambda x: "inner")
+                assert math.floor(1.5) == "inner"
+            assert math.floor(1.5) == "outer"
+            assert _patches.previous(math, "floor")(1.5) == 1
+        assert math.floor(1.5) == 1
+
+    def test_a_patch_made_over_ours_is_left_alone(self):
+        def theirs(x):
+            return "theirs"
+
+        original = math.floor
+        try:
+            with _patches.tracing():
+                _patches.patch(math, "floor", lambda x: "ours")
+                math.floor = theirs
+            assert math.floor is theirs
+        finally:
+            math.floor = original
+
+    def test_an_inherited_method_is_restored_by_deleting_the_override(self):
+        class Base:
+            def f(self):
+                return "base"
+
+        class Child(Base):
+            pass
+
+        with _patches.tracing():
+            _patches.patch(Child, "f", lambda self: "patched")
+            assert Child().f() == "patched"
+        assert "f" not in Child.__dict__
+        assert Child().f() == "base"
