@@ -29,7 +29,7 @@ from ._guards import (  # noqa: F401 - guard_* are referenced by generated graph
     guard_truth,
 )
 from ._policy import Policy, Specialize
-from ._report import explain
+from ._report import explain, specializations
 from ._scope import specialize
 from ._specializer import Specializer
 from ._trace import trace
@@ -60,6 +60,7 @@ __all__ = [
     "TraceCheckError",
     "VariantLimitError",
     "explain",
+    "specializations",
     "specialize",
     "trace",
 ]

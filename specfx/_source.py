@@ -62,7 +62,9 @@ def is_user_file(filename: str) -> bool:
 
 
 class SourceLocation(NamedTuple):
-    """A line of user code: file, line number and the function it is in.
+    """A line of user code: file, line number and the function it is in, and
+    (when known) the bytecode offset of the instruction, which tells two
+    decisions on one line apart (explain() groups by it).
 
     >>> loc = SourceLocation("model.py", 12, "Net.forward")
     >>> str(loc)
@@ -72,6 +74,7 @@ class SourceLocation(NamedTuple):
     filename: str
     lineno: int
     function: str
+    offset: int = -1  # frame.f_lasti; -1 when unknown (0.1 pickles have no offset)
 
     @property
     def text(self) -> str:
@@ -132,4 +135,4 @@ def user_location(depth: int = 1) -> Optional[SourceLocation]:
     frame = user_frame(depth + 1)
     if frame is None:
         return None
-    return SourceLocation(frame.f_code.co_filename, frame.f_lineno, _qualname(frame))
+    return SourceLocation(frame.f_code.co_filename, frame.f_lineno, _qualname(frame), frame.f_lasti)

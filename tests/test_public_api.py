@@ -15,7 +15,7 @@ class TestPublicAPI:
         assert specfx.__all__ == [
             "GuardError", "Policy", "SpecTracer", "SpecfxError", "Specialization", "SpecializationError",
             "SpecializationWarning", "Specialize", "Specializer", "TraceCheckError", "VariantLimitError",
-            "explain", "specialize", "trace",
+            "explain", "specializations", "specialize", "trace",
         ]
         assert specfx.__all__ == sorted(specfx.__all__)
 
