@@ -22,67 +22,8 @@ import torch
 from torch import nn
 
 import specfx
+from bench_models import GatedMLP, MultiInput, SmallMLP, SmallResNet
 from specfx import Policy
-
-
-class Small(nn.Module):
-    """A two-layer MLP with a shape predicate: a ~tens of microseconds forward."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a, self.b = nn.Linear(32, 64), nn.Linear(64, 32)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.a(x))
-        if x.shape[0] > 1:
-            y = y - y.mean(0)
-        return self.b(y)
-
-
-class Bottleneck(nn.Module):
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.reduce = nn.Conv2d(channels, channels // 4, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(channels // 4)
-        self.conv = nn.Conv2d(channels // 4, channels // 4, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(channels // 4)
-        self.expand = nn.Conv2d(channels // 4, channels, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(channels)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.bn1(self.reduce(x)))
-        y = torch.relu(self.bn2(self.conv(y)))
-        return torch.relu(x + self.bn3(self.expand(y)))
-
-
-class ResNetLike(nn.Module):
-    def __init__(self, blocks: int = 16, channels: int = 64) -> None:
-        super().__init__()
-        self.stem = nn.Conv2d(3, channels, 3, padding=1)
-        self.blocks = nn.Sequential(*[Bottleneck(channels) for _ in range(blocks)])
-        self.head = nn.Linear(channels, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.blocks(self.stem(x))
-        if x.shape[-1] > 1:
-            x = x.mean((2, 3))
-        else:
-            x = x.flatten(1)
-        return self.head(x)
-
-
-class Gated(nn.Module):
-    """Takes one of two paths depending on the data: a guard-changing workload."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(16, 16)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.lin(x)
-        if y.sum() > 0:
-            return torch.relu(y) * 2
-        return torch.tanh(y)
 
 
 def _interleaved(a: Callable[[], Any], b: Callable[[], Any], repeats: int) -> Dict[str, float]:
@@ -112,10 +53,36 @@ def steady_state(name: str, model: nn.Module, x: torch.Tensor, policy: Policy, r
                 and n.target.__module__ == "specfx")}
 
 
+def prologue_cost(policy: Policy, repeats: int = 2000) -> Dict[str, Any]:
+    """CPU µs of one prologue call (the check that picks a variant) on four inputs that
+    each carry a decision on their shape, and that per guarded input: the minimum over
+    5 batches of ``repeats`` calls. ``Policy(bool=True)`` guards the predicate
+    ``x.shape[0] > 1`` (shape read, compare, guard); ``shapes`` guards ``x.size(0)``."""
+    torch.manual_seed(0)
+    spec = specfx.Specializer(MultiInput(), policy)
+    wide = [torch.randn(2, 3) for _ in range(4)]
+    narrow = [torch.randn(1, 3)] + wide[1:]  # a second variant, so prologues choose between them
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the size-1 example is degenerate on purpose
+        spec(*wide), spec(*narrow)
+    check = spec._all[0].check
+    if check is None:
+        raise RuntimeError("the first variant has no prologue")
+    batches = []
+    for _ in range(5):
+        start = time.process_time()
+        for _ in range(repeats):
+            check(*wide)
+        batches.append((time.process_time() - start) * 1e6 / repeats)
+    guarded = sum(1 for n in spec._all[0].prologue.graph.nodes if n.op == "placeholder" and n.users)
+    return {"prologue_us": min(batches), "guarded_inputs": guarded, "us_per_input": min(batches) / guarded,
+            "policy": repr(policy)}
+
+
 def guard_changing(repeats: int) -> Dict[str, Any]:
     """Alternate inputs that take the two paths of Gated: Specializer vs torch.compile(eager)."""
     torch.manual_seed(0)
-    model = Gated().eval()
+    model = GatedMLP().eval()
     xs = [torch.randn(8, 16) for _ in range(64)]
     pos = next(x for x in xs if model.lin(x).sum() > 0)
     neg = next(x for x in xs if model.lin(x).sum() <= 0)
@@ -154,18 +121,23 @@ def main(argv: List[str]) -> int:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     rows = [
-        steady_state("small MLP (batch 8)", Small().eval(), torch.randn(8, 32), Policy(bool=True), args.repeats),
-        steady_state("ResNet-like (16 bottlenecks)", ResNetLike().eval(), torch.randn(1, 3, 32, 32),
+        steady_state("small MLP (batch 8)", SmallMLP().eval(), torch.randn(8, 32), Policy(bool=True), args.repeats),
+        steady_state("ResNet-like (16 bottlenecks)", SmallResNet().eval(), torch.randn(1, 3, 32, 32),
                      Policy(bool=True), max(20, args.repeats // 10)),
     ]
+    prologues = [prologue_cost(Policy(bool=True)), prologue_cost(Policy(shapes=True))]
     changing = guard_changing(args.repeats)
     if args.json:
-        print(json.dumps({"steady_state": rows, "guard_changing": changing}, indent=2))
+        print(json.dumps({"steady_state": rows, "prologue": prologues, "guard_changing": changing}, indent=2))
         return 0
     print(f"{'model':<30} {'wrapper us':>11} {'direct us':>10} {'overhead':>9} {'prologue guards':>16}")
     for row in rows:
         print(f"{row['model']:<30} {row['wrapper_us']:>11.1f} {row['direct_us']:>10.1f} "
               f"{row['overhead']:>8.1%} {row['prologue_guards']:>16}")
+    print("\nprologue (chooses among variants; CPU time, minimum of 5 batches):")
+    for row in prologues:
+        print(f"  {row['policy']}: {row['prologue_us']:.2f} us for {row['guarded_inputs']} guarded inputs, "
+              f"{row['us_per_input']:.2f} us per input (target <= 2)")
     print("\nguard-changing workload (alternating data-dependent paths):")
     for key, value in changing.items():
         print(f"  {key}: {value}")
