@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import pickle
 import sys
 import threading
 import time
@@ -207,8 +208,8 @@ def _trace(args: argparse.Namespace) -> int:
         print(f"wrote the generated code to {args.out}", file=sys.stderr)
     if args.save:
         torch.save(gm, args.save)
-        print(f"saved the GraphModule to {args.save} (load with torch.load(..., weights_only=False))",
-              file=sys.stderr)
+        print(f"saved the GraphModule to {args.save} (specfx explain {args.save} reads its records without "
+              f"running it; loading it with torch.load(..., weights_only=False) runs its code)", file=sys.stderr)
     return 0
 
 
@@ -222,17 +223,25 @@ def _positional_names(model: Any, count: int) -> List[str]:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    import torch
-
     from ._report import explain
+    from ._safe_load import UnsafeFileError, read_specializations
 
     try:
-        gm = torch.load(args.file, weights_only=False)
-    except (OSError, RuntimeError) as error:
+        if args.unsafe_load:
+            import torch
+
+            saved: Any = torch.load(args.file, weights_only=False)
+        else:
+            saved = read_specializations(args.file)
+    except UnsafeFileError as error:
+        print(f"specfx explain: {error}.\nIf you trust the file, pass --unsafe-load (loading a pickled "
+              f"GraphModule runs the code stored in it).", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError, pickle.UnpicklingError, EOFError) as error:
         print(f"specfx explain: cannot load {args.file}: {str(error).splitlines()[0]}", file=sys.stderr)
         return 2
     try:
-        print(explain(gm))
+        print(explain(saved))
     except TypeError as error:
         print(f"specfx explain: {error}", file=sys.stderr)
         return 2
@@ -273,7 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--no-guards", action="store_true", help="emit no guards (unsafe; for inspection)")
     trace.set_defaults(run=_trace)
     report = commands.add_parser("explain", help="print the specializations of a saved GraphModule")
-    report.add_argument("file", help="a GraphModule saved with torch.save(gm, FILE) or specfx trace --save")
+    report.add_argument("file", help="a GraphModule saved with torch.save(gm, FILE) or specfx trace --save "
+                        "(or its records: torch.save(specfx.specializations(gm), FILE))")
+    report.add_argument("--unsafe-load", action="store_true",
+                        help="load FILE with torch.load(weights_only=False) instead of only reading its records: "
+                        "this runs any code the file contains, so use it only on files you trust; needed for "
+                        "graphs that lost their records (explained from their guard nodes)")
     report.set_defaults(run=_explain)
     return parser
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import subprocess
 import sys
 
@@ -24,6 +25,22 @@ def not_a_factory():
     return 3
 
 
+def _leave_mark(path):
+    """What an untrusted file's payload does when it is unpickled: here, create a file."""
+    pathlib.Path(path).write_text("ran")
+    return "payload"
+
+
+class Payload:
+    """An object whose unpickling runs code (_leave_mark), as a malicious file's would."""
+
+    def __init__(self, mark):
+        self.mark = str(mark)
+
+    def __reduce__(self):
+        return (_leave_mark, (self.mark,))
+
+
 class TestCLI:
     def test_demo_runs_and_shows_everything(self, capsys):
         """The demo prints code, the explain table, a refusal and guards firing."""
@@ -35,12 +52,78 @@ class TestCLI:
         assert out.count("GuardError") >= 2 and "equal to eager = True" in out
 
     def test_explain_saved_graph(self, tmp_path, capsys):
-        """`specfx explain FILE` prints the table of a saved graph."""
+        """`specfx explain FILE` prints the table of a saved graph, the same as explain() of the graph."""
         gm = specfx.trace(SplitCat(), torch.randn(1, 4, 2, 2), policy="iter")
         torch.save(gm, tmp_path / "g.pt")
         assert main(["explain", str(tmp_path / "g.pt")]) == 0
-        assert capsys.readouterr().out.startswith("specfx: 1 specialization")
+        assert capsys.readouterr().out == specfx.explain(gm) + "\n"
 
+
+class TestExplainLoadsSafely:
+    def test_file_code_does_not_run(self, tmp_path, capsys):
+        """By default nothing in the file runs: a payload next to the graph is not executed."""
+        gm = specfx.trace(SplitCat(), torch.randn(1, 4, 2, 2), policy="iter")
+        mark = tmp_path / "ran.txt"
+        torch.save({"graph": gm, "extra": Payload(mark)}, tmp_path / "bundle.pt")
+        assert main(["explain", str(tmp_path / "bundle.pt")]) == 0
+        assert capsys.readouterr().out == specfx.explain(gm) + "\n"
+        assert not mark.exists()
+
+    def test_unsafe_load_runs_the_file(self, tmp_path, capsys):
+        """--unsafe-load really loads the file (its payload runs): the flag does what its help warns of."""
+        gm = specfx.trace(SplitCat(), torch.randn(1, 4, 2, 2), policy="iter")
+        mark = tmp_path / "ran.txt"
+        torch.save({"extra": Payload(mark), "graph": gm}, tmp_path / "bundle.pt")
+        main(["explain", "--unsafe-load", str(tmp_path / "bundle.pt")])
+        assert mark.read_text() == "ran"
+
+    def test_graph_without_records_needs_the_flag(self, tmp_path, capsys):
+        """A graph that lost its records is refused safely, naming --unsafe-load; with it, explained from guards."""
+        gm = specfx.trace(SplitCat(), torch.randn(1, 4, 2, 2), policy="iter")
+        copied = torch.fx.GraphModule(gm, gm.graph)  # as FX quantization leaves it
+        torch.save(copied, tmp_path / "q.pt")
+        assert main(["explain", str(tmp_path / "q.pt")]) == 2
+        err = capsys.readouterr().err
+        assert "holds no specfx records that can be read without loading it" in err
+        assert "pass --unsafe-load" in err
+        assert main(["explain", "--unsafe-load", str(tmp_path / "q.pt")]) == 0
+        assert capsys.readouterr().out == specfx.explain(copied) + "\n"
+
+    def test_records_file(self, tmp_path, capsys):
+        """A file holding only the records (torch.save(specfx.specializations(gm), FILE)) is explained."""
+        gm = specfx.trace(SplitCat(), torch.randn(1, 4, 2, 2), policy=specfx.Policy(iter=True, shapes=True))
+        torch.save(specfx.specializations(gm), tmp_path / "records.pt")
+        assert main(["explain", str(tmp_path / "records.pt")]) == 0
+        assert capsys.readouterr().out == specfx.explain(gm) + "\n"
+
+    def test_records_of_every_value_type(self, tmp_path):
+        """Records holding dtypes, devices, tuples and floats read back equal."""
+        from specfx._safe_load import read_specializations
+
+        def f(x, mask=None):
+            if x.dtype == torch.float32 and x.device.type == "cpu" and mask is None:
+                return x * float(x.sum()) * x.shape[0]
+            return x
+
+        gm = specfx.trace(f, torch.ones(2, 3), policy="all")
+        torch.save(gm, tmp_path / "g.pt")
+        assert read_specializations(str(tmp_path / "g.pt")) == gm.specializations
+        assert len({type(s.value) for s in gm.specializations}) >= 3
+
+    def test_not_a_torch_file(self, tmp_path, capsys):
+        """A file that is not a torch.save archive is a one-line refusal, exit code 2."""
+        (tmp_path / "x.pt").write_bytes(b"not a zip")
+        assert main(["explain", str(tmp_path / "x.pt")]) == 2
+        assert "is not a torch.save archive" in capsys.readouterr().err
+
+    def test_help_says_what_the_flag_risks(self, capsys):
+        """The flag's help says it runs code from the file."""
+        with pytest.raises(SystemExit):
+            main(["explain", "--help"])
+        assert "runs any code the file contains" in " ".join(capsys.readouterr().out.split())
+
+
+class TestCommands:
     def test_explain_missing_file(self, tmp_path, capsys):
         """A missing file is a one-line error and exit code 2."""
         assert main(["explain", str(tmp_path / "nope.pt")]) == 2
