@@ -9,17 +9,21 @@ recorded, explained and guarded.
 2
 """
 
-from ._guards import (  # noqa: F401 - guard_* are referenced by generated graph code
-    Specialization,
+from . import guards  # noqa: F401 - the public module of the guard functions
+from ._decisions import Specialization
+from .guards import (  # noqa: F401 - generated graph code imports the guards from here
+    GuardKind,
     guard_device,
     guard_dtype,
     guard_float,
+    guard_grad_enabled,
     guard_index,
     guard_int,
     guard_is_none,
     guard_is_tensor,
     guard_item,
     guard_keys,
+    guard_layout,
     guard_len,
     guard_ndim,
     guard_numel,
@@ -27,6 +31,8 @@ from ._guards import (  # noqa: F401 - guard_* are referenced by generated graph
     guard_size,
     guard_tolist,
     guard_truth,
+    guard_type,
+    guard_value,
 )
 from ._policy import Policy, Specialize
 from ._report import explain, specializations
@@ -46,9 +52,11 @@ from .errors import (
 __version__ = "0.1.0"
 
 # The guard_* functions are importable from here because generated graph code
-# (and its pickles) reference them as `specfx.guard_*`; they are not API to call.
+# (and its pickles, since 0.1) reference them as `specfx.guard_*`; they are documented
+# in specfx.guards and are not API to call.
 __all__ = [
     "GuardError",
+    "GuardKind",
     "Policy",
     "SpecTracer",
     "SpecfxError",

@@ -15,14 +15,14 @@ from torch.fx import _symbolic_trace
 from torch.fx.node import map_aggregate
 from torch.fx.proxy import Proxy
 
-from ._values import MISSING, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, value_of
+from ._values import MISSING, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, state_of, value_of
 
 try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch version lacks it
     from torch.fx.passes.shape_prop import _extract_tensor_metadata
 except ImportError:  # pragma: no cover - depends on the torch version
     _extract_tensor_metadata = None
 
-__all__ = ["INPLACE_FUNCTIONS", "Unevaluable", "concrete_values", "mark_provenance", "proxies_in", "run_op", "tensor_meta"]
+__all__ = ["INPLACE_FUNCTIONS", "Unevaluable", "concrete_values", "provenance", "proxies_in", "run_op", "tensor_meta"]
 
 
 class Unevaluable(BaseException):
@@ -91,28 +91,28 @@ def run_op(
         _symbolic_trace._is_fx_tracing_flag = fx_flag
 
 
-def mark_provenance(
-    state: Dict[str, Any], kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], value: Any
-) -> None:
-    """Mark values computed from shapes only (int() of them is a SHAPES decision)
-    and those read from a size-0/1 dimension (decisions on them are degenerate)."""
+def provenance(
+    kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], value: Any
+) -> Tuple[bool, bool]:
+    """``(from_shapes, degenerate)`` of a new node's value: computed from shapes only
+    (int() of it is a SHAPES decision), and read from a size-0/1 dimension
+    (decisions on it are degenerate)."""
     shape_read = (kind == "call_method" and target in SHAPE_METHODS) or (
         target is getattr and len(args) > 1 and args[1] in SHAPE_ATTRIBUTES
     )
     inputs = list(proxies_in(args, kwargs))
     derived = kind in ("call_function", "call_method") and bool(inputs) and all(
-        a.__dict__.get("_specfx_shape", False) for a in inputs
+        state_of(a).from_shapes for a in inputs
     )
     if not (shape_read or derived):
-        return
-    state["_specfx_shape"] = True
+        return False, False
     reads_size = (kind == "call_method" and target in ("size", "numel", "nelement")
                   and (target != "size" or len(args) > 1 or bool(kwargs))) or (
         target is operator.getitem and isinstance(value_of(args[0]), torch.Size))
-    if (reads_size and type(value) is int and value in (0, 1)) or any(
-        a.__dict__.get("_specfx_degenerate", False) for a in inputs
-    ):
-        state["_specfx_degenerate"] = True
+    degenerate = (reads_size and type(value) is int and value in (0, 1)) or any(
+        state_of(a).degenerate for a in inputs
+    )
+    return True, degenerate
 
 
 def proxies_in(args: Sequence[Any], kwargs: Dict[str, Any]) -> Iterator[ValueProxy]:

@@ -6,8 +6,9 @@ pin, lives in one place.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
+from ._describe import depends_on_text
 from ._policy import Resolved, Specialize, keyword_of
 from ._source import SourceLocation
 from .errors import SpecializationError, compatible_error_class
@@ -66,6 +67,7 @@ def denied_error(
     module_path: str,
     extra_fix: Optional[str] = None,
     kind: Optional[str] = None,
+    depends_on: Tuple[str, ...] = (),
 ) -> SpecializationError:
     """The error for an operation whose flag the policy in force does not grant."""
     keyword = keyword_of(flag)
@@ -85,7 +87,8 @@ def denied_error(
     if extra_fix:
         fixes.append(extra_fix)
     message = (
-        f"{operation} needs a concrete value (traced value: {short_repr(value)}), but {why}.\n"
+        f"{operation} ({depends_on_text(depends_on)}) needs a concrete value "
+        f"(traced value: {short_repr(value)}), but {why}.\n"
         f"Fix: {'; or '.join(fixes)}."
         f"{_where(location)}"
     )

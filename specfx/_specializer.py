@@ -18,14 +18,14 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Seque
 import torch
 import torch.fx
 
-from ._guards import GUARDS
+from .guards import GUARD_FUNCTIONS
 from ._messages import short_repr
 from ._report import explain as explain_graph
 from .errors import GuardError, VariantLimitError  # VariantLimitError: defined with the other errors
 
 __all__ = ["Specializer", "VariantLimitError"]
 
-_GUARD_FUNCTIONS = frozenset(GUARDS.values())
+_GUARD_FUNCTIONS = GUARD_FUNCTIONS
 # Ops that only read input metadata: a guard depending on nothing else can run up front.
 _METADATA_FUNCTIONS = frozenset(
     {getattr, len, operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv,

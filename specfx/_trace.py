@@ -15,7 +15,7 @@ import torch.fx
 from torch.fx.graph_module import _USER_PRESERVED_ATTRIBUTES_KEY
 from torch.utils import _pytree as pytree
 
-from ._guards import Specialization
+from ._decisions import Specialization
 from ._policy import Policy, Specialize, parse_flags
 from ._state import clone_example, preserved_state
 from ._tracer import SpecTracer

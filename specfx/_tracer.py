@@ -1,11 +1,13 @@
 """``SpecTracer``: a ``torch.fx.Tracer`` whose proxies carry example values.
 
 Each node's concrete value is computed alongside the graph by running the op
-on the concrete values of its inputs. Value-demanding dunders arrive here
-(``resolve_*``); the tracer asks the policy in force (its base policy, the
-``scopes`` of the submodules being traced and ``@specialize`` annotations)
-and either bakes the value in, recording a :class:`Specialization` and
-emitting a guard node, or raises :class:`SpecializationError`.
+on the concrete values of its inputs. Value-demanding operations arrive at the
+hooks below (FX's ``to_bool`` and ``iter``, and ``resolve_*``/``read_*`` for the
+rest); each describes its answer as a :class:`~specfx._decisions.Decision` and
+hands it to the one :class:`~specfx._decisions.Decider`, which checks the policy
+in force (the base policy, the ``scopes`` of the submodules being traced and
+``@specialize`` annotations), records the :class:`Specialization` and emits the
+guard node, or raises :class:`SpecializationError`.
 
 Without example inputs nothing carries a value and the tracer records the
 same graph ``torch.fx.symbolic_trace`` does.
@@ -15,9 +17,6 @@ from __future__ import annotations
 
 import builtins
 import contextvars
-import dis
-import inspect
-import linecache
 import math
 import operator
 import sys
@@ -31,21 +30,28 @@ from torch.fx.node import Node
 from torch.fx.proxy import Proxy
 
 from . import _messages, _patches
-from ._guards import GUARDS, Specialization
+from ._bytecode import constant_subscript_next, unpack_count
+from ._decisions import Decider, Decision, Specialization
+from ._evaluation import Unevaluable, concrete_values, provenance, proxies_in, run_op, tensor_meta
 from ._policy import Layer, Policy, Resolved, Specialize, resolve
+from ._roots import definition_line, put_varargs_before_keyword_only
 from ._scope import annotations_active, current_layers, fresh_layers, push_layer, reset_layers
-from ._evaluation import Unevaluable, concrete_values, mark_provenance, proxies_in, run_op, tensor_meta
-from ._source import SourceLocation, user_location
+from ._source import SourceLocation, user_frame, user_location
 from ._values import (
     MISSING,
     SCALAR_METHODS,
+    SHAPE_ATTRIBUTES,
     SHAPE_METHODS,
     TYPE_METHODS,
+    ProxyState,
     ValueAttribute,
     ValueProxy,
+    builtin_isinstance,
+    state_of,
     traced_isinstance,
     value_of,
 )
+from .guards import GuardKind
 
 __all__ = ["SpecTracer"]
 
@@ -62,37 +68,12 @@ _PLAIN_ARGUMENT_TYPES = frozenset(
     {int, float, bool, str, complex, type(None), type(...), torch.dtype, torch.device, torch.memory_format,
      torch.layout}
 )
-
-
-def _instructions(code: types.CodeType) -> Tuple[list, Dict[int, int]]:
-    """The code's instructions and offset -> position, cached per code object."""
-    cached = _INSTRUCTIONS.get(code)
-    if cached is None:
-        listing = list(dis.get_instructions(code))
-        cached = _INSTRUCTIONS[code] = (listing, {inst.offset: i for i, inst in enumerate(listing)})
-    return cached
-
-
-def _constant_subscript_next(frame: types.FrameType) -> Optional[int]:
-    """``k`` when the frame's next operation is ``[k]`` with a constant int (``x.shape[1]``)."""
-    listing, position = _instructions(frame.f_code)
-    index = position.get(frame.f_lasti)
-    if index is None or index + 2 >= len(listing):
-        return None
-    load, subscript = listing[index + 1], listing[index + 2]
-    if load.opname == "LOAD_CONST" and type(load.argval) is int and subscript.opname == "BINARY_SUBSCR":
-        return load.argval
-    return None
-
-
-def _instruction_at(frame: types.FrameType) -> Optional[dis.Instruction]:
-    """The instruction the frame is executing (e.g. ``UNPACK_SEQUENCE``)."""
-    listing, position = _instructions(frame.f_code)
-    index = position.get(frame.f_lasti)
-    return None if index is None else listing[index]
-
-
-_INSTRUCTIONS: Dict[types.CodeType, Tuple[list, Dict[int, int]]] = {}
+_CONVERSIONS: Dict[str, Tuple[GuardKind, Callable[[Any], Any], str]] = {
+    "int": (GuardKind.INT, int, "int"),
+    "float": (GuardKind.FLOAT, float, "float"),
+    "index": (GuardKind.INDEX, operator.index, "operator.index"),
+}
+_SHAPE_METHOD_KINDS = {"dim": GuardKind.NDIM, "numel": GuardKind.NUMEL, "nelement": GuardKind.NUMEL}
 
 
 def _is_meta(value: Any) -> bool:
@@ -132,14 +113,18 @@ class SpecTracer(torch.fx.Tracer):
         self._leaf_types = tuple(m for m in (leaf_modules or ()) if isinstance(m, type))
         self._leaf_names = frozenset(m for m in (leaf_modules or ()) if isinstance(m, str))
         self.examples: Optional[Dict[str, Any]] = None
-        self.specializations: list[Specialization] = []
+        self.decisions = Decider(self, guards)
         self.protect: Callable[[Any], None] = lambda value: None
-        self._decided: set[Tuple[Any, ...]] = set()
         self._module_path: list[str] = []
         self._evaluating = 0
         self._state_names: Optional[Dict[int, str]] = None  # id of a parameter/buffer -> qualified name
         self._base_layer = Layer(self.policy, f"trace(policy={self.policy!r})")
         self._concrete_names: frozenset = frozenset()
+
+    @property
+    def specializations(self) -> list[Specialization]:
+        """The decisions recorded so far, in trace order."""
+        return self.decisions.specializations
 
     def set_examples(self, examples: Optional[Dict[str, Any]]) -> None:
         """Give the example value of each placeholder by name (``*args``/``**kwargs``
@@ -199,10 +184,7 @@ class SpecTracer(torch.fx.Tracer):
         try:
             result = super().call_module(m, forward, args, kwargs)
             if type(result) is ValueProxy and result.node.op == "call_module" and value_of(result) is None:
-                # a leaf that returned None (no mask, no cache): None in the code, as in eager
-                self._decide(result, "is_none", Specialize.NONE, True, _name(result), (True,),
-                             operation=f"`{_name(result)}`")
-                return None
+                return self._none(result)  # a leaf that returned None (no mask, no cache), as in eager
             return result
         finally:
             self._module_path.pop()
@@ -245,16 +227,14 @@ class SpecTracer(torch.fx.Tracer):
         """Called once to make the placeholders; an example that is ``None``
         is passed to the code as ``None`` (so ``x is None`` answers truly) and guarded."""
         fn, args = super().create_args_for_root(root_fn, is_module, concrete_args)
-        _put_varargs_before_keyword_only(self.graph, root_fn)
+        put_varargs_before_keyword_only(self.graph, root_fn)
         if self.examples is None:
             return fn, args
-        where = _definition_line(root_fn)
+        where = definition_line(root_fn)
         new_args = []
         for arg in args:
             if type(arg) is ValueProxy and arg.node.op == "placeholder" and value_of(arg) is None:
-                self._decide(arg, "is_none", Specialize.NONE, True, arg.node.name,
-                             (True,), operation=f"`{arg.node.name}`", location=where)
-                arg = None
+                arg = self._none(arg, where)
             new_args.append(arg)
         return fn, new_args
 
@@ -278,13 +258,12 @@ class SpecTracer(torch.fx.Tracer):
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         if type(proxy) is not ValueProxy:
             return proxy
-        state = proxy.__dict__
-        mark_provenance(state, kind, target, args, kwargs, value)
+        from_shapes, degenerate = provenance(kind, target, args, kwargs, value)
+        mapping = (args[0] if kind == "call_method" and target in _VIEW_METHODS
+                   and isinstance(value_of(args[0]), dict) else None)
+        proxy.__dict__["_specfx"] = ProxyState(value, from_shapes, degenerate, mapping)
         if value is MISSING:
             return proxy
-        state["_specfx_value"] = value
-        if kind == "call_method" and target in _VIEW_METHODS and isinstance(value_of(args[0]), dict):
-            state["_specfx_mapping"] = args[0]
         meta = tensor_meta(value)
         if meta is not None:
             proxy.node.meta["tensor_meta"] = meta
@@ -320,113 +299,81 @@ class SpecTracer(torch.fx.Tracer):
     def _resolved(self) -> Resolved:
         return resolve((self._base_layer,) + current_layers())
 
-    def _decide(
-        self,
-        proxy: ValueProxy,
-        kind: str,
-        flag: Specialize,
-        value: Any,
-        expression: str,
-        guard_args: Tuple[Any, ...],
-        *,
-        operation: str,
-        allowed_by_params: bool = False,
-        needs_data: bool = False,
-        dedupe: Optional[Tuple[Any, ...]] = None,
-        location: Optional[SourceLocation] = None,
-        extra_fix: Optional[str] = None,
-    ) -> None:
-        """Check ``flag`` against the policy in force, then record the
-        specialization and emit its guard (once per node and property)."""
+    def decide(self, decision: Decision) -> None:
+        """Hand ``decision`` to the one place that checks, records and guards decisions."""
         if self._evaluating:
             raise Unevaluable()
-        if location is None:
-            location = user_location()
-        resolved = self._resolved()
-        granted = flag is Specialize.NONE or flag in resolved.flags
-        if not granted and not allowed_by_params:
-            raise _messages.denied_error(
-                operation, flag, value, location, resolved, self._current_module(), extra_fix, kind
-            )
-        if needs_data and _is_meta(value_of(proxy)):
-            raise _messages.meta_error(operation, flag, location, _name(proxy), kind)
-        key = dedupe if dedupe is not None else (proxy.node, kind, guard_args[:-1])
-        if key in self._decided:
-            return
-        self._decided.add(key)
-        guard_name = None
-        if self.guards:
-            where = location.describe() if location else "<unknown location>"
-            node = self.create_node(
-                "call_function", GUARDS[kind], (proxy.node, *guard_args, expression, where), {}
-            )
-            guard_name = node.name
-        self.specializations.append(
-            Specialization(
-                kind=kind,
-                flag=flag if granted else Specialize.NONE,  # else allowed by param_shapes_constant alone
-                value=value,
-                expression=expression,
-                node=proxy.node.name,
-                location=location,
-                module=self._current_module(),
-                guard=guard_name,
-                degenerate=_is_degenerate(proxy, kind, value),
-            )
-        )
+        self.decisions.decide(decision, self._resolved(), self._module_path[-1] if self._module_path else "")
 
-    def _current_module(self) -> str:
-        return self._module_path[-1] if self._module_path else ""
+    def describe(self, proxy: Any) -> str:
+        """``proxy``'s value in the user's terms: the name the user's code holds it
+        under, else the expression that computed it (``x.sum() > 0``)."""
+        frame = user_frame()
+        local_names: Dict[Node, str] = {}
+        for name, local in (frame.f_locals.items() if frame is not None else ()):
+            if local is proxy:
+                return name
+            if type(local) is ValueProxy:
+                local_names.setdefault(local.node, name)
+        if type(proxy) is not ValueProxy:  # an attribute not yet materialized
+            return f"{self.describe(proxy.root)}.{proxy.attr}"
+        return self.decisions.describe.name(proxy.node, 0, local_names)
 
     def _require_value(self, proxy: ValueProxy, operation: str, flag: Specialize, kind: str) -> Any:
         if self._evaluating:
             raise Unevaluable()
         value = value_of(proxy)
         if value is MISSING:
-            raise _messages.no_value_error(operation, flag, user_location(), _name(proxy), kind)
+            raise _messages.no_value_error(operation, flag, user_location(), self.describe(proxy), kind)
         return value
 
-    def resolve_bool(self, proxy: ValueProxy) -> bool:
+    def _none(self, proxy: ValueProxy, location: Optional[SourceLocation] = None) -> Any:
+        """A value that is None is handed to the code as None, guarded to stay None."""
+        text = self.describe(proxy)
+        self.decide(Decision(proxy, GuardKind.IS_NONE, Specialize.NONE, True, (True,), text, f"`{text}`",
+                             location=location))
+        return None
+
+    def to_bool(self, obj: Any) -> bool:
         """Called for ``bool(proxy)`` (``if``, ``while``, ``and``/``or``/``not``, ``assert``)."""
-        operation = f"bool() of `{_name(proxy)}`"
-        value = self._require_value(proxy, operation, Specialize.BOOL, "bool")
+        text = self.describe(obj)
+        operation = f"bool() of `{text}`"
+        value = self._require_value(obj, operation, Specialize.BOOL, "bool")
         truth = None if _is_meta(value) else bool(value)
-        self._decide(proxy, "bool", Specialize.BOOL, truth, f"bool({_name(proxy)})", (truth,),
-                     operation=operation, needs_data=isinstance(value, torch.Tensor),
-                     extra_fix=_config_fix(proxy, value))
+        self.decide(Decision(obj, GuardKind.BOOL, Specialize.BOOL, truth, (truth,), f"bool({text})", operation,
+                             needs_data=isinstance(value, torch.Tensor), fix=_config_fix(obj, value)))
         return bool(truth)
 
     def resolve_len(self, proxy: ValueProxy) -> int:
         """Called for ``len(proxy)``."""
-        operation = f"len() of `{_name(proxy)}`"
-        value = self._require_value(proxy, operation, Specialize.ITER_LEN, "len")
-        length = len(value)
-        self._decide(proxy, "len", Specialize.ITER_LEN, length, f"len({_name(proxy)})", (length,),
-                     operation=operation, dedupe=(proxy.node, "length"))
+        text = self.describe(proxy)
+        operation = f"len() of `{text}`"
+        length = len(self._require_value(proxy, operation, Specialize.ITER_LEN, "len"))
+        self.decide(Decision(proxy, GuardKind.LEN, Specialize.ITER_LEN, length, (length,), f"len({text})",
+                             operation, key=(proxy.node, "length")))
         return length
 
-    def resolve_iter(self, proxy: ValueProxy, frame: types.FrameType) -> Iterator[Any]:
+    def iter(self, obj: Any) -> Iterator[Any]:
         """Called for ``iter(proxy)``: loops, unpacking, ``*proxy``, ``tuple(proxy)``."""
         if self._evaluating:
             raise Unevaluable()
-        instruction = _instruction_at(frame)
-        unpacking = instruction is not None and instruction.opname == "UNPACK_SEQUENCE"
-        value = value_of(proxy)
+        count = unpack_count(sys._getframe(2))  # the frame that iterates (through ValueProxy.__iter__)
+        value = value_of(obj)
+        text = self.describe(obj)
         if value is MISSING:
-            if unpacking:  # what torch.fx does: the code fixes the count
-                return (proxy[i] for i in range(instruction.argval))
-            raise _messages.no_value_error(f"iterating over `{_name(proxy)}`", Specialize.ITER_LEN,
-                                           user_location(), proxy.node.name)
-        mapping = proxy.__dict__.get("_specfx_mapping")
+            if count is not None:  # what torch.fx does: the code fixes the count
+                return (obj[i] for i in range(count))
+            raise _messages.no_value_error(f"iterating over `{text}`", Specialize.ITER_LEN, user_location(), text)
+        mapping = state_of(obj).mapping
         if isinstance(value, dict) or mapping is not None:
-            return self._iterate_mapping(proxy, value, mapping)
+            return self._iterate_mapping(obj, value, mapping)
         length = len(value)
         # `a, b = t` is fixed by the code itself (eager raises on another length): always allowed.
-        kind, flag = ("unpack", Specialize.NONE) if unpacking else ("iter", Specialize.ITER_LEN)
-        self._decide(proxy, kind, flag, length, f"len({_name(proxy)})", (length,),
-                     operation=f"iterating over `{_name(proxy)}` (a loop, *{_name(proxy)}, tuple() or list())",
-                     dedupe=(proxy.node, "length"))
-        return (proxy[i] for i in range(length))
+        kind, flag = (GuardKind.UNPACK, Specialize.NONE) if count is not None else (GuardKind.ITER, Specialize.ITER_LEN)
+        self.decide(Decision(obj, kind, flag, length, (length,), f"len({text})",
+                             f"iterating over `{text}` (a loop, *{text}, tuple() or list())",
+                             key=(obj.node, "length")))
+        return (obj[i] for i in range(length))
 
     def _iterate_mapping(self, proxy: ValueProxy, value: Any, mapping: Optional[ValueProxy]) -> Iterator[Any]:
         source = mapping if mapping is not None else proxy
@@ -434,8 +381,9 @@ class SpecTracer(torch.fx.Tracer):
         # The keys of `**kwargs` are the caller's choice, fixed by the call (like `a, b = t`).
         caller_keys = source.node.op == "placeholder" and str(source.node.target).startswith("**")
         flag = Specialize.NONE if caller_keys else Specialize.ITER_LEN
-        self._decide(source, "keys", flag, keys, f"keys of {_name(source)}", (keys,),
-                     operation=f"iterating over `{_name(proxy)}` (its keys)", dedupe=(source.node, "keys"))
+        text = self.describe(source)
+        self.decide(Decision(source, GuardKind.KEYS, flag, keys, (keys,), f"tuple({text}.keys())",
+                             f"iterating over `{self.describe(proxy)}` (its keys)", key=(source.node, "keys")))
         view = proxy.node.target if mapping is not None else "keys"
         if view == "values":
             return (source[k] for k in keys)
@@ -446,20 +394,20 @@ class SpecTracer(torch.fx.Tracer):
     def resolve_number(self, proxy: ValueProxy, conversion: str) -> Any:
         """Called for ``int(proxy)``, ``float(proxy)`` and ``operator.index(proxy)``
         (``range(n)``, list indexing): SHAPES for values computed from shapes, else SCALARS."""
-        operation = f"{'operator.index' if conversion == 'index' else conversion}() of `{_name(proxy)}`"
-        from_shapes = bool(proxy.__dict__.get("_specfx_shape", False))
-        flag = Specialize.SHAPES if from_shapes else Specialize.SCALARS
+        kind, convert, spelled = _CONVERSIONS[conversion]
+        text = self.describe(proxy)
+        operation = f"{spelled}() of `{text}`"
+        flag = Specialize.SHAPES if state_of(proxy).from_shapes else Specialize.SCALARS
         value = self._require_value(proxy, operation, flag, conversion)
-        number = None if _is_meta(value) else {"int": int, "float": float, "index": operator.index}[conversion](value)
-        self._decide(proxy, conversion, flag, number, f"{conversion}({_name(proxy)})", (number,),
-                     operation=operation, needs_data=isinstance(value, torch.Tensor),
-                     extra_fix=_config_fix(proxy, value))
+        number = None if _is_meta(value) else convert(value)
+        self.decide(Decision(proxy, kind, flag, number, (number,), f"{spelled}({text})", operation,
+                             needs_data=isinstance(value, torch.Tensor), fix=_config_fix(proxy, value)))
         return number
 
     def resolve_contains(self, proxy: ValueProxy, item: Any) -> bool:
         """Called for ``item in proxy``: recorded as ``operator.contains`` and decided as a BOOL."""
-        self._require_value(proxy, f"`... in {_name(proxy)}`", Specialize.BOOL, "bool")
-        return self.resolve_bool(self.create_proxy("call_function", operator.contains, (proxy, item), {}))
+        self._require_value(proxy, f"`... in {self.describe(proxy)}`", Specialize.BOOL, "bool")
+        return self.to_bool(self.create_proxy("call_function", operator.contains, (proxy, item), {}))
 
     def record_setitem(self, proxy: ValueProxy, index: Any, value: Any) -> None:
         """Called for ``proxy[index] = value``: an ``operator.setitem`` node (applied to the value too)."""
@@ -469,37 +417,42 @@ class SpecTracer(torch.fx.Tracer):
         """Called for ``proxy[index]``; an element that is ``None`` is returned as ``None`` (guarded)."""
         result = self.create_proxy("call_function", operator.getitem, (proxy, index), {})
         if value_of(result) is None and type(result) is ValueProxy:
-            self._decide(result, "is_none", Specialize.NONE, True, _name(result), (True,),
-                         operation=f"`{_name(result)}`")
-            return None
+            return self._none(result)
         return result
 
-    def read_type_attribute(self, proxy: ValueProxy, name: str, attribute: Any) -> Any:
-        """Called for ``proxy.dtype`` / ``proxy.device`` (and ``is_floating_point()``...):
-        these follow from the input types, so they are read as values, as every
-        tracer does, and guarded (a float16 input then fails loudly)."""
-        kind = "device" if name in ("device", "is_cuda", "is_meta") else "dtype"
-        observed = value_of(proxy).device if kind == "device" else value_of(proxy).dtype
-        self._decide(proxy, kind, Specialize.NONE, observed, f"{_name(proxy)}.{kind}", (observed,),
-                     operation=f"`{_name(proxy)}.{name}`", dedupe=(proxy.node, kind))
+    def read_attribute(self, proxy: ValueProxy, name: str, attribute: Any) -> Any:
+        """Called for a tensor's ``.shape``/``.ndim`` and ``.dtype``/``.device``/... reads."""
+        if name in SHAPE_ATTRIBUTES:
+            return self._read_shape(proxy, name, attribute, sys._getframe(2))
+        return self._read_type(proxy, name, attribute)
+
+    def _read_type(self, proxy: ValueProxy, name: str, attribute: Any) -> Any:
+        """``proxy.dtype`` / ``proxy.device`` (and ``is_floating_point()``...) follow from the
+        input types, so they are read as values, as every tracer does, and guarded (a
+        float16 input then fails loudly)."""
+        kind = GuardKind.DEVICE if name in ("device", "is_cuda", "is_meta", "get_device") else GuardKind.DTYPE
+        observed = value_of(proxy).device if kind is GuardKind.DEVICE else value_of(proxy).dtype
+        text = self.describe(proxy)
+        self.decide(Decision(proxy, kind, Specialize.NONE, observed, (observed,), f"{text}.{kind}",
+                             f"`{text}.{name}`", key=(proxy.node, kind)))
         return attribute
 
-    def read_shape_attribute(self, proxy: ValueProxy, name: str, attribute: Any) -> Any:
-        """Called for ``proxy.shape`` / ``proxy.ndim``: ints under SHAPES, else a symbolic node."""
+    def _read_shape(self, proxy: ValueProxy, name: str, attribute: Any, frame: types.FrameType) -> Any:
+        """``proxy.shape`` / ``proxy.ndim``: ints under SHAPES, else a symbolic node."""
         if not self._shapes_allowed(proxy):
             symbolic = ValueAttribute(proxy, name, attribute)
-            symbolic.__dict__["_specfx_shape"] = True
+            symbolic.__dict__["_specfx"] = ProxyState(attribute, from_shapes=True)
             return symbolic
-        if name == "shape":
-            dim = _constant_subscript_next(sys._getframe(2))  # the frame that wrote `x.shape`
-            if dim is not None and -len(attribute) <= dim < len(attribute):
-                # `x.shape[1]` reads one dimension: guard that one, as x.size(1) does
-                self._decide_shape(proxy, "size", attribute[dim], f"{_name(proxy)}.size({dim})",
-                                   (dim, attribute[dim]))
-            else:
-                self._decide_shape(proxy, "shape", tuple(attribute), f"{_name(proxy)}.shape", (tuple(attribute),))
+        text = self.describe(proxy)
+        if name == "ndim":
+            self._decide_shape(proxy, GuardKind.NDIM, attribute, f"{text}.ndim", (attribute,))
+            return attribute
+        dim = constant_subscript_next(frame)
+        if dim is not None and -len(attribute) <= dim < len(attribute):
+            # `x.shape[1]` reads one dimension: guard that one, as x.size(1) does
+            self._decide_shape(proxy, GuardKind.SIZE, attribute[dim], f"{text}.size({dim})", (dim, attribute[dim]))
         else:
-            self._decide_shape(proxy, "ndim", attribute, f"{_name(proxy)}.ndim", (attribute,))
+            self._decide_shape(proxy, GuardKind.SHAPE, tuple(attribute), f"{text}.shape", (tuple(attribute),))
         return attribute
 
     def call_method(self, root: ValueProxy, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
@@ -507,97 +460,54 @@ class SpecTracer(torch.fx.Tracer):
         ``.item()``/``.tolist()`` under SCALARS return Python values; all else is a node."""
         value = value_of(root)
         if isinstance(value, torch.Tensor) and name in TYPE_METHODS:
-            return self.read_type_attribute(root, name, getattr(value, name)(*args, **kwargs))
+            return self._read_type(root, name, getattr(value, name)(*args, **kwargs))
         if isinstance(value, torch.Tensor) and not any(True for _ in proxies_in(args, kwargs)):
             if name in SHAPE_METHODS and self._shapes_allowed(root):
-                result = getattr(value, name)(*args, **kwargs)
-                dims = args or tuple(kwargs.values())
-                if name == "size" and dims:
-                    self._decide_shape(root, "size", result, f"{_name(root)}.size({dims[0]})", (dims[0], result))
-                elif name == "size":
-                    self._decide_shape(root, "shape", tuple(result), f"{_name(root)}.shape", (tuple(result),))
-                elif name == "dim":
-                    self._decide_shape(root, "ndim", result, f"{_name(root)}.ndim", (result,))
-                else:
-                    self._decide_shape(root, "numel", result, f"{_name(root)}.numel()", (result,))
-                return result
+                return self._read_shape_method(root, name, value, args, kwargs)
             if name in SCALAR_METHODS and Specialize.SCALARS in self._resolved().flags:
                 result = None if _is_meta(value) else getattr(value, name)(*args, **kwargs)
-                self._decide(root, name, Specialize.SCALARS, result, f"{_name(root)}.{name}()", (result,),
-                             operation=f"`{_name(root)}.{name}()`", needs_data=True)
+                text = f"{self.describe(root)}.{name}()"
+                self.decide(Decision(root, GuardKind(name), Specialize.SCALARS, result, (result,), text,
+                                     f"`{text}`", needs_data=True))
                 return result
         return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
+
+    def _read_shape_method(
+        self, root: ValueProxy, name: str, value: torch.Tensor, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> Any:
+        result = getattr(value, name)(*args, **kwargs)
+        text = self.describe(root)
+        dims = args or tuple(kwargs.values())
+        if name == "size" and dims:
+            self._decide_shape(root, GuardKind.SIZE, result, f"{text}.size({dims[0]})", (dims[0], result))
+        elif name == "size":
+            self._decide_shape(root, GuardKind.SHAPE, tuple(result), f"{text}.shape", (tuple(result),))
+        else:
+            spelled = f"{text}.ndim" if name == "dim" else f"{text}.numel()"
+            self._decide_shape(root, _SHAPE_METHOD_KINDS[name], result, spelled, (result,))
+        return result
 
     def _shapes_allowed(self, proxy: ValueProxy) -> bool:
         resolved = self._resolved()
         return Specialize.SHAPES in resolved.flags or (resolved.param_shapes_constant and _is_parameter_node(proxy))
 
-    def _decide_shape(self, proxy: ValueProxy, kind: str, value: Any, expression: str, guard_args: Tuple[Any, ...]) -> None:
-        self._decide(proxy, kind, Specialize.SHAPES, value, expression, guard_args,
-                     operation=f"`{expression}`", allowed_by_params=_is_parameter_node(proxy))
+    def _decide_shape(
+        self, proxy: ValueProxy, kind: GuardKind, value: Any, expression: str, expected: Tuple[Any, ...]
+    ) -> None:
+        self.decide(Decision(proxy, kind, Specialize.SHAPES, value, expected, expression, f"`{expression}`",
+                             by_parameters=_is_parameter_node(proxy)))
 
     def note_type_read(self, proxy: ValueProxy, frame: types.FrameType) -> None:
         """Called when user code (``frame``; traced_isinstance checked it is user code) asks
         ``isinstance`` of an input tensor: guard that it stays one."""
         if (type(proxy) is not ValueProxy or proxy.node.op != "placeholder"
-                or not isinstance(value_of(proxy), torch.Tensor) or (proxy.node, "is_tensor") in self._decided):
+                or not builtin_isinstance(value_of(proxy), torch.Tensor)
+                or self.decisions.decided((proxy.node, GuardKind.IS_TENSOR), proxy)):
             return
         location = SourceLocation(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-        self._decide(proxy, "is_tensor", Specialize.NONE, True, _name(proxy),
-                     (True,), operation=f"isinstance() of `{_name(proxy)}`",
-                     dedupe=(proxy.node, "is_tensor"), location=location)
-
-
-def _definition_line(fn: Callable[..., Any]) -> Optional[SourceLocation]:
-    """The ``def`` line of ``fn`` (its code starts at the first decorator)."""
-    code = getattr(inspect.unwrap(fn), "__code__", None)
-    if code is None:
-        return None
-    lineno = code.co_firstlineno
-    for offset in range(50):  # skip decorator lines
-        text = linecache.getline(code.co_filename, lineno + offset).lstrip()
-        if text.startswith(("def ", "async def ")):
-            lineno += offset
-            break
-    return SourceLocation(code.co_filename, lineno, getattr(code, "co_qualname", code.co_name))
-
-
-def _put_varargs_before_keyword_only(graph: torch.fx.Graph, root_fn: Callable[..., Any]) -> None:
-    """torch.fx creates keyword-only placeholders before ``*args``, so the generated
-    ``forward(x, scale=2.0, *extra)`` would bind a positional extra to ``scale``.
-    Moving the ``*args`` placeholder first gives ``forward(x, *extra, scale=2.0)``."""
-    code = getattr(inspect.unwrap(root_fn), "__code__", None)
-    if code is None or not code.co_kwonlyargcount or not code.co_flags & inspect.CO_VARARGS:
-        return
-    keyword_only = set(code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount])
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    star = next((n for n in placeholders if isinstance(n.target, str) and n.target.startswith("*")
-                 and not n.target.startswith("**")), None)
-    first_keyword_only = next((n for n in placeholders if n.target in keyword_only), None)
-    if star is not None and first_keyword_only is not None:
-        first_keyword_only.prepend(star)
-
-
-def _name(proxy: ValueProxy) -> str:
-    node = proxy.node if type(proxy) is ValueProxy else None
-    if node is None:
-        return f"{_name(proxy.root)}.{proxy.attr}"  # an attribute not yet materialized
-    return node.target if node.op == "get_attr" else node.name
-
-
-def _is_degenerate(proxy: ValueProxy, kind: str, value: Any) -> bool:
-    """Decided on a size-0/1 dimension (read as an int under SHAPES, or feeding a
-    predicate), or on the length 0/1 of a container the model computed (an
-    input's length is the caller's choice, not an accident)."""
-    if proxy.__dict__.get("_specfx_degenerate", False):
-        return True
-    if kind in ("iter", "len", "keys") and type(proxy) is ValueProxy and proxy.node.op != "placeholder":
-        return len(value) <= 1 if kind == "keys" else value <= 1
-    if kind == "shape":
-        return any(size in (0, 1) for size in value)
-    if kind in ("size", "numel"):
-        return value in (0, 1)
-    return False
+        text = self.describe(proxy)
+        self.decide(Decision(proxy, GuardKind.IS_TENSOR, Specialize.NONE, True, (True,), text,
+                             f"isinstance() of `{text}`", key=(proxy.node, GuardKind.IS_TENSOR), location=location))
 
 
 def _is_parameter_node(proxy: ValueProxy) -> bool:

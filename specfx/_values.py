@@ -4,26 +4,35 @@ value its node computed on the example inputs.
 Every dunder that needs a value (``__bool__``, ``__iter__``, ``__len__``,
 ``__int__``...) is handed to the tracer, which asks the policy in force and
 either answers from the value (recording the decision and emitting a guard)
-or raises ``SpecializationError``. The proxy keeps its own state in
-``__dict__`` under ``_specfx_*`` names: anything else would shadow a tensor
-attribute of the same name (``x.value`` must still mean the tensor's).
+or raises ``SpecializationError``. What the proxy needs from its tracer is the
+:class:`ValueTracer` protocol. The proxy keeps its own state, one
+:class:`ProxyState` record, in ``__dict__["_specfx"]``: an attribute would
+shadow a tensor attribute of the same name (``x.value`` must still mean the tensor's).
 """
 
 from __future__ import annotations
 
 import operator
 import sys
-from typing import TYPE_CHECKING, Any, Iterator
+import types
+from typing import Any, Dict, Iterator, NamedTuple, Optional, Protocol, Tuple
 
 import torch
 from torch.fx.proxy import Attribute, Proxy
 
 from ._source import is_user_file
 
-if TYPE_CHECKING:
-    from ._tracer import SpecTracer
-
-__all__ = ["MISSING", "ValueAttribute", "ValueProxy", "builtin_isinstance", "traced_isinstance", "value_of"]
+__all__ = [
+    "MISSING",
+    "ProxyState",
+    "ValueAttribute",
+    "ValueProxy",
+    "ValueTracer",
+    "builtin_isinstance",
+    "state_of",
+    "traced_isinstance",
+    "value_of",
+]
 
 
 class _Missing:
@@ -40,6 +49,66 @@ class _Missing:
 
 MISSING: Any = _Missing()
 
+
+class ProxyState(NamedTuple):
+    """What specfx knows about a proxy beyond its node.
+
+    ``value``: the concrete example value (``MISSING`` when traced symbolically);
+    ``from_shapes``: computed from shapes only (``int()`` of it is a SHAPES decision);
+    ``degenerate``: read from a size-0/1 dimension; ``mapping``: for a
+    ``d.keys()``/``values()``/``items()`` view, the proxy of the dict ``d``.
+    """
+
+    value: Any = MISSING
+    from_shapes: bool = False
+    degenerate: bool = False
+    mapping: Optional["ValueProxy"] = None
+
+
+_NO_STATE = ProxyState()
+
+
+def state_of(proxy: Any) -> ProxyState:
+    """The :class:`ProxyState` of ``proxy`` (an empty one for stock FX proxies)."""
+    return proxy.__dict__.get("_specfx", _NO_STATE)
+
+
+def value_of(proxy: Any) -> Any:
+    """The concrete value carried by ``proxy`` (``MISSING`` if it has none)."""
+    return proxy.__dict__.get("_specfx", _NO_STATE).value
+
+
+class ValueTracer(Protocol):
+    """What a :class:`ValueProxy` asks of its tracer (``SpecTracer`` implements it):
+    FX's own hooks (``to_bool``, ``iter``, ``create_proxy``) plus one hook per other
+    value-demanding operation. Each hook answers from the value (a recorded,
+    guarded decision) or raises ``SpecializationError``."""
+
+    def create_proxy(self, kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                     name: Optional[str] = None, type_expr: Optional[Any] = None) -> Any: ...
+
+    def to_bool(self, obj: Any) -> bool: ...
+
+    def iter(self, obj: Any) -> Iterator[Any]: ...
+
+    def resolve_len(self, proxy: "ValueProxy") -> int: ...
+
+    def resolve_number(self, proxy: "ValueProxy", conversion: str) -> Any: ...
+
+    def resolve_contains(self, proxy: "ValueProxy", item: Any) -> bool: ...
+
+    def record_setitem(self, proxy: "ValueProxy", index: Any, value: Any) -> None: ...
+
+    def getitem(self, proxy: "ValueProxy", index: Any) -> Any: ...
+
+    def read_attribute(self, proxy: "ValueProxy", name: str, attribute: Any) -> Any: ...
+
+    def call_method(self, root: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any: ...
+
+    def note_type_read(self, proxy: "ValueProxy", frame: types.FrameType) -> None: ...
+
+    def describe(self, proxy: Any) -> str: ...
+
 # Tensor attributes/methods that read shapes (SHAPES) or data (SCALARS).
 SHAPE_ATTRIBUTES = frozenset({"shape", "ndim"})
 SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement"})
@@ -47,6 +116,7 @@ SCALAR_METHODS = frozenset({"item", "tolist"})
 # Tensor attributes/methods that read the dtype or device: values, guarded.
 TYPE_ATTRIBUTES = frozenset({"dtype", "device", "is_cuda", "is_meta", "is_quantized", "is_sparse"})
 TYPE_METHODS = frozenset({"is_floating_point", "is_complex", "is_signed", "element_size", "get_device"})
+VALUE_ATTRIBUTES = SHAPE_ATTRIBUTES | TYPE_ATTRIBUTES
 
 
 _PLAIN_TYPES = frozenset({tuple, list, dict, int, float, bool, complex, str})
@@ -57,7 +127,7 @@ def traced_isinstance(obj: Any, classinfo: Any) -> bool:
     a value answers as its value does (so ``isinstance(x, torch.Tensor)`` is True
     for a tensor input, and that answer is guarded); anything else as usual."""
     if builtin_isinstance(obj, ValueProxy):
-        value = obj.__dict__.get("_specfx_value", MISSING)
+        value = value_of(obj)
         caller = sys._getframe(2)  # (1) is the dispatcher specfx._patches installs
         # torch (and torch.fx) must keep seeing a Proxy: they dispatch it via __torch_function__.
         if value is not MISSING and is_user_file(caller.f_code.co_filename):
@@ -69,11 +139,6 @@ def traced_isinstance(obj: Any, classinfo: Any) -> bool:
 builtin_isinstance = isinstance  # bound before any patching
 
 
-def value_of(proxy: Proxy) -> Any:
-    """The concrete value carried by ``proxy`` (``MISSING`` if it has none)."""
-    return proxy.__dict__.get("_specfx_value", MISSING)
-
-
 class ValueProxy(Proxy):
     """A ``torch.fx.Proxy`` that carries the concrete example value of its node.
 
@@ -82,7 +147,7 @@ class ValueProxy(Proxy):
     carried value does.
     """
 
-    tracer: "SpecTracer"
+    tracer: ValueTracer  # type: ignore[assignment]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_specfx"):
@@ -95,12 +160,10 @@ class ValueProxy(Proxy):
         except AttributeError:
             raise AttributeError(
                 f"{type(value).__name__!r} object has no attribute {name!r} "
-                f"(the traced value of `{self.node.name}`)"
+                f"(the traced value of `{self.tracer.describe(self)}`)"
             ) from None
-        if name in SHAPE_ATTRIBUTES and isinstance(value, torch.Tensor):
-            return self.tracer.read_shape_attribute(self, name, attribute)
-        if name in TYPE_ATTRIBUTES and isinstance(value, torch.Tensor):
-            return self.tracer.read_type_attribute(self, name, attribute)
+        if name in VALUE_ATTRIBUTES and isinstance(value, torch.Tensor):
+            return self.tracer.read_attribute(self, name, attribute)
         return ValueAttribute(self, name, attribute)
 
     @property  # type: ignore[misc]
@@ -108,18 +171,18 @@ class ValueProxy(Proxy):
         # isinstance(p, tuple/list/dict/int/...) answers as the value does. Never for tensors:
         # torch's C++ checks (THPVariable_Check) use isinstance and would then read the proxy
         # as a tensor and crash; `isinstance(x, torch.Tensor)` is answered by `traced_isinstance`.
-        value = self.__dict__.get("_specfx_value", MISSING)
+        value = value_of(self)
         if type(value) in _PLAIN_TYPES:
             return type(value)
         return type(self)
 
     # -- value-demanding dunders: the tracer decides ---------------------------------
 
-    def __bool__(self) -> bool:
-        return self.tracer.resolve_bool(self)
+    # (__bool__ is FX's: it calls the tracer's `to_bool` hook)
 
     def __iter__(self) -> Iterator[Any]:
-        return self.tracer.resolve_iter(self, sys._getframe(1))
+        # FX's __iter__ unpacks without asking the tracer; ours always asks its `iter` hook
+        return self.tracer.iter(self)
 
     def __len__(self) -> int:
         return self.tracer.resolve_len(self)
@@ -168,7 +231,7 @@ class ValueAttribute(ValueProxy, Attribute):
 
     def __init__(self, root: ValueProxy, attr: str, value: Any) -> None:
         Attribute.__init__(self, root, attr)
-        self.__dict__["_specfx_value"] = value
+        self.__dict__["_specfx"] = ProxyState(value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.tracer.call_method(self.root, self.attr, args, kwargs)

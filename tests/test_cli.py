@@ -144,7 +144,7 @@ class TestCommands:
     def test_trace_refusal_exits_1(self, capsys):
         """A refused specialization prints the explanation and exits 1."""
         assert main(["trace", "tests.models:SplitCat", "--input", "randn(1, 4, 3, 3)"]) == 1
-        assert "specfx trace: SpecializationError: iterating over `split`" in capsys.readouterr().err
+        assert "specfx trace: SpecializationError: iterating over `x`" in capsys.readouterr().err
 
     def test_trace_function_with_kwargs(self, capsys):
         """--function traces the callable itself; --kwarg passes keyword inputs."""

@@ -30,15 +30,15 @@ class TestSpecializationError:
         with pytest.raises(SpecializationError) as caught:
             specfx.trace(SplitCat(), torch.randn(1, 4, 3, 3))
         assert _message(caught) == (
-            "iterating over `split` (a loop, *split, tuple() or list()) needs a concrete value "
-            "(traced value: 2), but Specialize.ITER_LEN is not allowed by the policy in force.\n"
+            "iterating over `x` (a loop, *x, tuple() or list()) (depends on argument `x`) needs a concrete "
+            "value (traced value: 2), but Specialize.ITER_LEN is not allowed by the policy in force.\n"
             "Fix: pass policy=Policy(iter=True) to specfx.trace; or decorate SplitCat.forward with "
             "@specialize(iter=True).\n"
             f"  at {MODELS_FILE}:{SEED_LINE}: return self.call_cat(*x)\n"
             "(specfx docs: docs/errors.md#specializationerror)"
         )
         assert caught.value.location == f"{MODELS_FILE}:{SEED_LINE}"
-        assert caught.value.operation.startswith("iterating over `split`")
+        assert caught.value.operation.startswith("iterating over `x`")
 
     def test_forbidden_by_annotation_message(self):
         """A denial by an annotation names that annotation."""
@@ -53,9 +53,9 @@ class TestSpecializationError:
             specfx.trace(strict, torch.ones(2), policy=Policy(bool=True))
         origin = "@specialize(bool=False) on TestSpecializationError.test_forbidden_by_annotation_message.<locals>.strict"
         assert _message(caught).splitlines()[:2] == [
-            f"bool() of `gt` needs a concrete value (traced value: True), but Specialize.BOOL is "
-            f"forbidden here by {origin}.",
-            f"Fix: remove bool=False from {origin}, or keep `bool() of `gt`` out of that code.",
+            f"bool() of `x.sum() > 0` (depends on argument `x`) needs a concrete value (traced value: True), "
+            f"but Specialize.BOOL is forbidden here by {origin}.",
+            f"Fix: remove bool=False from {origin}, or keep `bool() of `x.sum() > 0`` out of that code.",
         ]
 
     def test_no_examples_message_keeps_fx_text(self):
@@ -68,7 +68,7 @@ class TestSpecializationError:
             specfx.trace(f)
         first, fix, where, pointer = _message(caught).splitlines()
         assert first == (
-            "bool() of `gt` needs a concrete value, but `gt` was traced without example inputs, so it has "
+            "bool() of `x.sum() > 0` needs a concrete value, but `x.sum() > 0` was traced without example inputs, so it has "
             "none (symbolically traced variables cannot be used as inputs to control flow)."
         )
         assert fix.startswith("Fix: pass representative example inputs, e.g. specfx.trace(model, (example_input,), "
@@ -85,7 +85,7 @@ class TestSpecializationError:
         with pytest.raises(SpecializationError) as caught:
             specfx.trace(f, torch.empty(2, device="meta"), policy=Policy(bool=True))
         assert _message(caught).splitlines()[0] == (
-            "bool() of `gt` depends on tensor data, but `gt` is on the meta device: meta tensors carry "
+            "bool() of `x.sum() > 0` depends on tensor data, but `x.sum() > 0` is on the meta device: meta tensors carry "
             "shapes and dtypes but no data, so there is no value to decide on."
         )
 
@@ -106,8 +106,8 @@ class TestGuardError:
         with pytest.raises(GuardError) as caught:
             gm(torch.randn(1, 6, 3, 3))
         assert _message(caught) == (
-            "specfx guard failed: the graph was traced assuming len(split) == 2, but for this input "
-            "len(split) == 3.\n"
+            "specfx guard failed: the graph was traced assuming len(x) == 2, but for this input "
+            "len(x) == 3.\n"
             f"  assumed at {MODELS_FILE}:{SEED_LINE}: return self.call_cat(*x)\n"
             "The graph is only valid for inputs that keep this assumption. Retrace with an example input "
             "like this one (specfx.trace(model, example_inputs, policy=...)), let "

@@ -13,7 +13,7 @@ class TestPublicAPI:
     def test_all(self):
         """__all__ is exactly the documented API, sorted."""
         assert specfx.__all__ == [
-            "GuardError", "Policy", "SpecTracer", "SpecfxError", "Specialization", "SpecializationError",
+            "GuardError", "GuardKind", "Policy", "SpecTracer", "SpecfxError", "Specialization", "SpecializationError",
             "SpecializationWarning", "Specialize", "Specializer", "TraceCheckError", "VariantLimitError",
             "explain", "specializations", "specialize", "trace",
         ]

@@ -52,7 +52,7 @@ class TestExplain:
         assert summary == "specfx: 1 specialization from 1 source line (iter: 1), all guarded"
         assert header.split() == ["#", "kind", "value", "flag", "count", "location", "guard", "source"]
         assert row.split()[:5] == ["1", "iter", "2", "ITER_LEN", "1"]
-        assert row.endswith("len(split) == 2  return self.call_cat(*x)")
+        assert row.endswith("len(x) == 2  return self.call_cat(*x)")
 
     def test_repeated_check_is_one_row_with_count(self):
         """The same check in every layer is one row with the count of layers."""

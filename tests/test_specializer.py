@@ -93,14 +93,14 @@ class TestVariants:
             spec(torch.randn(1, 8, 1, 1))
         message = str(caught.value)
         assert "max_variants=2 is reached" in message
-        assert "variant 0 (traced on Tensor(shape=(1, 4, 1, 1)" in message and "len(split) == 4" in message
+        assert "variant 0 (traced on Tensor(shape=(1, 4, 1, 1)" in message and "len(x) == 4" in message
         assert "variant 1 (traced on Tensor(shape=(1, 6, 1, 1)" in message
 
     def test_raise_mode_never_retraces(self):
         """on_guard_failure='raise' keeps the first variant and raises its GuardError."""
         spec = Specializer(SplitCat(), "iter", on_guard_failure="raise")
         spec(torch.randn(1, 4, 1, 1))
-        with pytest.raises(GuardError, match="len\\(split\\) == 2"):
+        with pytest.raises(GuardError, match="len\\(x\\) == 2"):
             spec(torch.randn(1, 6, 1, 1))
         assert len(spec.variants) == 1
 

@@ -306,7 +306,7 @@ class TestWithoutExamples:
 # Guards that example inputs add to otherwise FX-traceable code: case -> guard descriptions.
 EXAMPLE_GUARDS = {
     # `out, (h, c) = self.lstm(x)`: symbolic_trace trusts the code's two names, specfx checks the length.
-    "lstm-unpack": ["len(lstm) == 2", "len(getitem_1) == 2"],
+    "lstm-unpack": ["len(self.lstm(x)) == 2", "len(self.lstm(x)[1]) == 2"],
 }
 
 

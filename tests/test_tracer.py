@@ -134,7 +134,7 @@ class TestIterLen:
         batch = {"a": torch.ones(2), "b": torch.ones(2)}
         gm = specfx.trace(f, (batch,), policy=Policy(iter=True))
         assert torch.equal(gm(batch), f(batch))
-        with pytest.raises(GuardError, match="keys of batch"):
+        with pytest.raises(GuardError, match=r"tuple\(batch.keys\(\)\)"):
             gm({"a": torch.ones(2), "c": torch.ones(2)})
 
 
@@ -160,7 +160,7 @@ class TestBool:
             x = x if model(x).sum() > 0 else -x
             if (model.lin(x - x.mean(0, keepdim=True))).sum() > 0:
                 torch.testing.assert_close(gm(x), model(x))
-        with pytest.raises(GuardError, match=r"bool\(gt\) == True"):
+        with pytest.raises(GuardError, match=r"bool\(x.shape\[0\] > 1\) == True"):
             gm(torch.randn(1, 4))
 
     def test_refusal_names_bool(self):
@@ -250,7 +250,7 @@ class TestShapes:
         def f(x):
             return sum(x[i] for i in range(x.size(0)))
 
-        with pytest.raises(SpecializationError, match=r"operator.index\(\) of `size`.*SHAPES"):
+        with pytest.raises(SpecializationError, match=r"operator.index\(\) of `x.size\(0\)`.*SHAPES"):
             specfx.trace(f, torch.randn(3, 2))
         gm = specfx.trace(f, torch.randn(3, 2), policy=Policy(shapes=True))
         assert [s.kind for s in gm.specializations] == ["size"]
@@ -275,7 +275,7 @@ class TestShapes:
         gm = specfx.trace(model, torch.randn(2, 4), policy=Policy(param_shapes_constant=True))
         assert "view(-1, 4)" in gm.code
         assert [(s.kind, s.flag, s.expression) for s in gm.specializations] == [
-            ("size", Specialize.NONE, "weight.size(1)")
+            ("size", Specialize.NONE, "self.weight.size(1)")
         ]
         x = torch.randn(5, 4)
         torch.testing.assert_close(gm(x), model(x))
@@ -549,3 +549,41 @@ class TestOpaqueValues:
                 return x + self.w.view(5)
 
         assert specfx.trace(M()).code == torch.fx.symbolic_trace(M()).code
+
+
+class TestUserTerms:
+    """Messages and records name the user's expressions and inputs, never FX node names."""
+
+    def test_refusal_names_expression_and_key_path(self):
+        """A refused decision names the expression and the input key path it depends on."""
+
+        def f(x, **kwargs):
+            if kwargs["attention_mask"].sum() > 0:
+                return x
+            return -x
+
+        with pytest.raises(SpecializationError) as caught:
+            specfx.trace(f, (torch.ones(2),), {"attention_mask": torch.ones(2)})
+        assert str(caught.value).splitlines()[0] == (
+            "bool() of `kwargs['attention_mask'].sum() > 0` (depends on argument `kwargs['attention_mask']`) "
+            "needs a concrete value (traced value: True), but Specialize.BOOL is not allowed by the policy in force."
+        )
+
+    def test_record_and_guard_name_the_expression(self):
+        """Records carry the expression and depends_on; the guard message repeats them."""
+
+        def f(xs, y):
+            total = xs[1] * y
+            if total.mean() > 0:
+                return total
+            return -total
+
+        gm = specfx.trace(f, ([torch.ones(2), torch.ones(2)], torch.ones(2)), policy=Policy(bool=True))
+        (record,) = gm.specializations
+        assert (record.expression, record.depends_on) == ("bool(total.mean() > 0)", ("xs[1]", "y"))
+        assert "gt" not in specfx.explain(gm).split()
+        with pytest.raises(GuardError) as caught:
+            gm([torch.ones(2), -torch.ones(2)], torch.ones(2))
+        assert str(caught.value).startswith(
+            "specfx guard failed: the graph was traced assuming bool(total.mean() > 0) == True"
+        )

@@ -1,0 +1,208 @@
+"""Decisions: the one place where an answer taken from an example value is checked
+against the policy, recorded as a :class:`Specialization` and guarded.
+
+The tracer describes each decision as a frozen :class:`Decision` and hands it to
+:meth:`Decider.decide`, which
+
+1. refuses it with ``SpecializationError`` unless the policy in force grants its flag,
+2. skips it if the same property of the same value in the same state was decided
+   already (a tensor changed in place, or a container extended, is decided again),
+3. emits the guard node and appends the :class:`Specialization` record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Dict, Hashable, List, Optional, Set, Tuple
+
+import torch
+
+from . import _messages
+from ._describe import Describer
+from ._policy import Resolved, Specialize
+from ._source import SourceLocation, user_location
+from ._values import ValueProxy, state_of, value_of
+from .guards import GUARDS, GuardKind, describe_identity
+
+if TYPE_CHECKING:
+    from ._tracer import SpecTracer
+
+__all__ = ["Decider", "Decision", "Specialization"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """One answer the trace is about to take from an example value.
+
+    ``subject`` is the proxy whose value is read, ``kind`` what is read, ``flag`` the
+    policy flag that must grant it (``NONE``: the code itself fixes it), ``value``
+    the answer, ``expected`` the guard's arguments after the subject (``(dim, size)``
+    for a size), ``expression`` the read in the user's terms (``len(xs)``).
+    ``key`` overrides what counts as "the same decision" (default: subject, kind and
+    the guard arguments but the last). ``by_parameters``: allowed by
+    ``param_shapes_constant`` alone; ``needs_data``: impossible on meta tensors;
+    ``fix``: one more fix to offer when refused.
+    """
+
+    subject: ValueProxy
+    kind: GuardKind
+    flag: Specialize
+    value: Any
+    expected: Tuple[Any, ...]
+    expression: str
+    operation: str
+    key: Optional[Tuple[Hashable, ...]] = None
+    location: Optional[SourceLocation] = None
+    by_parameters: bool = False
+    needs_data: bool = False
+    fix: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Specialization:
+    """One decision baked into a traced graph, and the guard that checks it.
+
+    ``kind`` is what was read (a :class:`~specfx.guards.GuardKind`, a ``str`` enum:
+    ``"iter"``, ``"unpack"``, ``"len"``, ``"bool"``, ``"shape"``, ``"size"``...),
+    ``flag`` the :class:`Specialize` flag that allowed it (``Specialize.NONE`` for
+    decisions the code itself fixes, such as unpacking into two names, ``x is None``
+    or ``x.dtype``), ``value`` the traced value, ``expression`` what was read in the
+    user's terms (``"len(xs)"``), ``node`` the name of the graph node it was read
+    from, ``location`` the user's source line, ``module`` the qualified name of the
+    submodule being traced, ``guard`` the name of the guard node (None with
+    ``guards=False``), ``degenerate`` whether it was decided on an empty container
+    or a size-0/1 dimension, and ``depends_on`` the inputs the value was computed
+    from (``("x",)``, ``("kwargs['attention_mask']",)``).
+
+    >>> import torch, specfx
+    >>> def f(x):
+    ...     return torch.cat([*torch.chunk(x, 2)])
+    >>> (s,) = specfx.trace(f, torch.ones(4), policy=specfx.Policy(iter=True)).specializations
+    >>> str(s.kind), s.value, s.flag, s.guard_description, s.depends_on
+    ('iter', 2, <Specialize.ITER_LEN: 1>, 'len(torch.chunk(x, 2)) == 2', ('x',))
+    """
+
+    kind: GuardKind
+    flag: Specialize
+    value: Any
+    expression: str
+    node: str
+    location: Optional[SourceLocation]
+    module: str = ""
+    guard: Optional[str] = None
+    degenerate: bool = False
+    depends_on: Tuple[str, ...] = ()
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        # records pickled by 0.1 lack depends_on and hold kinds as plain strings
+        state = {"depends_on": (), **state}
+        if not isinstance(state["kind"], GuardKind) and state["kind"] in GuardKind._value2member_map_:
+            state["kind"] = GuardKind(state["kind"])
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the user code that made the decision ('<unknown>' if none)."""
+        return str(self.location) if self.location else "<unknown>"
+
+    @property
+    def source(self) -> str:
+        """The user's source line that made the decision ('' if unknown)."""
+        return self.location.text if self.location else ""
+
+    @property
+    def guard_description(self) -> str:
+        """The assumption the guard checks, e.g. ``len(x) == 2`` or ``mask is None``."""
+        if self.kind in (GuardKind.IS_NONE, GuardKind.IS_TENSOR):
+            return describe_identity(self.kind, self.expression, bool(self.value))
+        if self.kind is GuardKind.TYPE:
+            return f"type({self.expression}) is {self.value}"
+        return f"{self.expression} == {self.value!r}"
+
+
+def _stamp(value: Any) -> Hashable:
+    """What changes when a value is changed in place: a decision on a changed value is new."""
+    if isinstance(value, torch.Tensor):
+        return value._version
+    if isinstance(value, dict):
+        return tuple(value)
+    if isinstance(value, list):
+        return len(value)
+    return None
+
+
+class Decider:
+    """Checks, records and guards the decisions of one trace (see the module docstring)."""
+
+    def __init__(self, tracer: "SpecTracer", emit_guards: bool) -> None:
+        self._tracer = tracer
+        self._emit_guards = emit_guards
+        self._decided: Set[Tuple[Hashable, ...]] = set()
+        self.describe = Describer()
+        self.specializations: List[Specialization] = []
+
+    def decided(self, key: Tuple[Hashable, ...], subject: ValueProxy) -> bool:
+        """Whether a decision with this key (see :class:`Decision`) on ``subject`` in its
+        current state was made already."""
+        return (*key, _stamp(value_of(subject))) in self._decided
+
+    def decide(self, decision: Decision, resolved: Resolved, module_path: str) -> None:
+        """Refuse ``decision`` if the policy in force does not grant it; else record and guard it."""
+        location = decision.location or user_location()
+        granted = decision.flag is Specialize.NONE or decision.flag in resolved.flags
+        subject = decision.subject
+        if not granted and not decision.by_parameters:
+            raise _messages.denied_error(
+                decision.operation, decision.flag, decision.value, location, resolved, module_path,
+                decision.fix, decision.kind, self.describe.depends_on(subject.node),
+            )
+        if decision.needs_data and _is_meta(value_of(subject)):
+            raise _messages.meta_error(decision.operation, decision.flag, location,
+                                       self.describe.name(subject.node), decision.kind)
+        key = decision.key or (subject.node, decision.kind, decision.expected[:-1])
+        key = (*key, _stamp(value_of(subject)))
+        if key in self._decided:
+            return
+        self._decided.add(key)
+        guard_name = None
+        if self._emit_guards:
+            where = location.describe() if location else "<unknown location>"
+            guard = self._tracer.create_node(
+                "call_function", GUARDS[decision.kind],
+                (subject.node, *decision.expected, decision.expression, where), {},
+            )
+            guard_name = guard.name
+        self.specializations.append(Specialization(
+            kind=decision.kind,
+            flag=decision.flag if granted else Specialize.NONE,  # else allowed by param_shapes_constant alone
+            value=decision.value,
+            expression=decision.expression,
+            node=subject.node.name,
+            location=location,
+            module=module_path,
+            guard=guard_name,
+            degenerate=_is_degenerate(subject, decision.kind, decision.value),
+            depends_on=self.describe.depends_on(subject.node),
+        ))
+
+
+def _is_meta(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == "meta"
+
+
+def _is_degenerate(proxy: ValueProxy, kind: GuardKind, value: Any) -> bool:
+    """Decided on a size-0/1 dimension (read as an int under SHAPES, or feeding a
+    predicate), or on the length 0/1 of a container the model computed (an
+    input's length is the caller's choice, not an accident)."""
+    if state_of(proxy).degenerate:
+        return True
+    if kind in (GuardKind.ITER, GuardKind.LEN, GuardKind.KEYS) and proxy.node.op != "placeholder":
+        return len(value) <= 1 if kind is GuardKind.KEYS else value <= 1
+    if kind is GuardKind.SHAPE:
+        return any(size in (0, 1) for size in value)
+    if kind in (GuardKind.SIZE, GuardKind.NUMEL):
+        return value in (0, 1)
+    return False
+
+

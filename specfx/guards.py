@@ -1,0 +1,380 @@
+"""The guards that specialized graphs call at run time to check their assumptions.
+
+A guard is an ordinary ``call_function`` node whose target is one of the
+``guard_*`` functions below; printed, a graph explains itself::
+
+    guard_len = specfx_guard_len(split, 2, 'len(split)', 'model.py:12: return self.call_cat(*x)')
+
+Each guard takes the value it checks, what it expects, the user's expression and
+the source line, and raises :class:`~specfx.GuardError` when the input breaks
+the assumption. The guards are registered with ``torch.fx.node.has_side_effect``
+(dead-code elimination keeps them) and report as module ``specfx``: generated
+code and its pickles import them from the package itself, the import path graphs
+saved by every release use (FX names a global after its module and name, so a
+dotted ``specfx.guards.guard_len`` is not something generated code can spell).
+
+:class:`GuardKind` names every kind of decision; :data:`GUARDS` maps it to its guard.
+
+>>> import torch, specfx
+>>> specfx.guards.guard_len([1, 2], 2, "len(xs)", "model.py:3")
+>>> specfx.guards.GUARDS[specfx.guards.GuardKind.LEN] is specfx.guards.guard_len
+True
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+import operator
+from typing import Any, Callable, Mapping, NoReturn, TypeVar
+
+import torch
+from torch.fx.node import has_side_effect
+from torch.fx.proxy import Proxy
+
+from .errors import GuardError
+
+__all__ = [
+    "GUARDS",
+    "GuardKind",
+    "describe_identity",
+    "guard_device",
+    "guard_dtype",
+    "guard_float",
+    "guard_grad_enabled",
+    "guard_index",
+    "guard_int",
+    "guard_is_none",
+    "guard_is_tensor",
+    "guard_item",
+    "guard_keys",
+    "guard_layout",
+    "guard_len",
+    "guard_ndim",
+    "guard_numel",
+    "guard_shape",
+    "guard_size",
+    "guard_tolist",
+    "guard_truth",
+    "guard_type",
+    "guard_value",
+]
+
+
+class GuardKind(str, enum.Enum):
+    """What a decision read from an example value (and so which guard checks it).
+
+    A ``str`` enum: ``GuardKind.LEN == "len"``, so records saved by 0.1 (whose kinds
+    were plain strings) compare equal to the members.
+
+    >>> GuardKind("iter") is GuardKind.ITER, str(GuardKind.ITER)
+    (True, 'iter')
+    """
+
+    ITER = "iter"  # iterating: a loop, *t, tuple(t)
+    UNPACK = "unpack"  # a, b = t (the code fixes the count)
+    LEN = "len"
+    BOOL = "bool"
+    SHAPE = "shape"
+    SIZE = "size"
+    NDIM = "ndim"
+    NUMEL = "numel"
+    INT = "int"
+    INDEX = "index"
+    FLOAT = "float"
+    ITEM = "item"
+    TOLIST = "tolist"
+    KEYS = "keys"
+    DTYPE = "dtype"
+    DEVICE = "device"
+    LAYOUT = "layout"
+    IS_NONE = "is_none"
+    IS_TENSOR = "is_tensor"
+    TYPE = "type"  # type(x) / isinstance(x, C) of a value
+    VALUE = "value"  # a Python input's value read by identity, hashing or formatting
+    GRAD_ENABLED = "grad_enabled"  # torch.is_grad_enabled() read by the code
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:  # f"{kind}" reads "len" on every Python version
+        return str(self.value).__format__(format_spec)
+
+
+_G = TypeVar("_G", bound=Callable[..., None])
+
+
+def _guard(check: _G) -> _G:
+    """Register ``check`` as a guard: kept by dead-code elimination, imported by
+    generated code from ``specfx``, and recorded as a node when re-traced
+    (``symbolic_trace(gm)``, unpickling) so the graph's own code stays a plain call.
+    torch.fx.wrap would do the same, but every generated module would register itself
+    in fx's process-wide wrap table forever, slowing down every later trace."""
+
+    @functools.wraps(check)
+    def guard(value: Any, *args: Any) -> Any:
+        if isinstance(value, Proxy):
+            return value.tracer.create_proxy("call_function", guard, (value, *args), {})
+        return check(value, *args)
+
+    guard.__module__ = "specfx"
+    return has_side_effect(guard)  # type: ignore[return-value]
+
+
+def _fail(
+    what: str, expected: Any, actual: Any, where: str, *, claim: str = "", observed: str = ""
+) -> NoReturn:
+    assumption = claim or f"{what} == {expected!r}"
+    observation = observed or f"{what} == {actual!r}"
+    raise GuardError(
+        f"specfx guard failed: the graph was traced assuming {assumption}, "
+        f"but for this input {observation}.\n"
+        f"  assumed at {where}\n"
+        f"The graph is only valid for inputs that keep this assumption. Retrace with an "
+        f"example input like this one (specfx.trace(model, example_inputs, policy=...)), "
+        f"let specfx.Specializer(model, policy) keep one graph per set of assumptions, "
+        f"or narrow the policy so that this value stays symbolic.",
+        expression=what,
+        expected=expected,
+        actual=actual,
+        location=where,
+    )
+
+
+def _observe(what: str, expected: Any, where: str, observe: Callable[[], Any]) -> Any:
+    try:
+        return observe()
+    except Exception as error:  # a wrong input type must still fail as a guard, not elsewhere
+        _fail(what, expected, f"<{type(error).__name__}: {error}>", where)
+
+
+def _same(actual: Any, expected: Any) -> bool:
+    """Identical Python values: same type, NaN matches NaN, and -0.0 is not 0.0
+    (code such as ``math.copysign`` or ``1 / v`` tells them apart)."""
+    if type(actual) is not type(expected):
+        return False
+    if isinstance(expected, (list, tuple)):
+        return len(actual) == len(expected) and all(_same(a, e) for a, e in zip(actual, expected))
+    if isinstance(expected, float):
+        if math.isnan(expected):
+            return math.isnan(actual)
+        return actual == expected and math.copysign(1.0, actual) == math.copysign(1.0, expected)
+    if isinstance(expected, complex):
+        return _same(actual.real, expected.real) and _same(actual.imag, expected.imag)
+    return bool(actual == expected)
+
+
+@_guard
+def guard_len(value: Any, expected: int, what: str, where: str) -> None:
+    """Fail unless ``len(value) == expected``."""
+    actual = _observe(what, expected, where, lambda: len(value))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_truth(value: Any, expected: bool, what: str, where: str) -> None:
+    """Fail unless ``bool(value) == expected``."""
+    actual = _observe(what, expected, where, lambda: bool(value))
+    if actual is not expected:
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_shape(value: Any, expected: tuple, what: str, where: str) -> None:
+    """Fail unless ``tuple(value.shape) == expected``."""
+    actual = _observe(what, expected, where, lambda: tuple(value.shape))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_size(value: Any, dim: int, expected: int, what: str, where: str) -> None:
+    """Fail unless ``value.size(dim) == expected``."""
+    actual = _observe(what, expected, where, lambda: value.size(dim))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_ndim(value: Any, expected: int, what: str, where: str) -> None:
+    """Fail unless ``value.dim() == expected``."""
+    actual = _observe(what, expected, where, lambda: value.dim())
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_numel(value: Any, expected: int, what: str, where: str) -> None:
+    """Fail unless ``value.numel() == expected``."""
+    actual = _observe(what, expected, where, lambda: value.numel())
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_int(value: Any, expected: int, what: str, where: str) -> None:
+    """Fail unless ``int(value) == expected``."""
+    actual = _observe(what, expected, where, lambda: int(value))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_index(value: Any, expected: int, what: str, where: str) -> None:
+    """Fail unless ``operator.index(value) == expected``."""
+    actual = _observe(what, expected, where, lambda: operator.index(value))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_float(value: Any, expected: float, what: str, where: str) -> None:
+    """Fail unless ``float(value)`` is ``expected`` (NaN matches NaN, -0.0 differs from 0.0)."""
+    actual = _observe(what, expected, where, lambda: float(value))
+    if not _same(actual, expected):
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_item(value: Any, expected: Any, what: str, where: str) -> None:
+    """Fail unless ``value.item()`` is ``expected`` (same type; NaN and signed zero as in guard_float)."""
+    actual = _observe(what, expected, where, lambda: value.item())
+    if not _same(actual, expected):
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_tolist(value: Any, expected: Any, what: str, where: str) -> None:
+    """Fail unless ``value.tolist() == expected`` (element types and float signs included)."""
+    actual = _observe(what, expected, where, lambda: value.tolist())
+    if not _same(actual, expected):
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_dtype(value: Any, expected: torch.dtype, what: str, where: str) -> None:
+    """Fail unless ``value.dtype == expected``."""
+    actual = _observe(what, expected, where, lambda: value.dtype)
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_device(value: Any, expected: torch.device, what: str, where: str) -> None:
+    """Fail unless ``value.device == expected``."""
+    actual = _observe(what, expected, where, lambda: value.device)
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_keys(value: Any, expected: tuple, what: str, where: str) -> None:
+    """Fail unless ``tuple(value.keys()) == expected``."""
+    actual = _observe(what, expected, where, lambda: tuple(value.keys()))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_is_none(value: Any, expected: bool, what: str, where: str) -> None:
+    """Fail unless ``(value is None) == expected``; ``what`` names the value."""
+    if (value is None) is not expected:
+        _fail(what, expected, value is None, where, claim=describe_identity("is_none", what, expected),
+              observed=describe_identity("is_none", what, not expected))
+
+
+@_guard
+def guard_is_tensor(value: Any, expected: bool, what: str, where: str) -> None:
+    """Fail unless ``isinstance(value, torch.Tensor) == expected``; ``what`` names the value."""
+    actual = isinstance(value, torch.Tensor)
+    if actual is not expected:
+        _fail(what, expected, actual, where, claim=describe_identity("is_tensor", what, expected),
+              observed=f"{what} is a {type(value).__name__}")
+
+
+def describe_identity(kind: str, subject: str, holds: bool) -> str:
+    """``x is None`` / ``x is not None`` / ``x is a Tensor`` / ``x is not a Tensor``."""
+    if kind == "is_none":
+        return f"{subject} is None" if holds else f"{subject} is not None"
+    return f"{subject} is a Tensor" if holds else f"{subject} is not a Tensor"
+
+
+
+
+@_guard
+def guard_layout(value: Any, expected: str, what: str, where: str) -> None:
+    """Fail unless ``str(value.layout) == expected`` (``"torch.strided"``, ``"torch.sparse_coo"``...)."""
+    actual = _observe(what, expected, where, lambda: str(value.layout))
+    if actual != expected:
+        _fail(what, expected, actual, where)
+
+
+def type_name(value: Any) -> str:
+    """The qualified name of ``type(value)`` (what :func:`guard_type` compares)."""
+    cls = type(value)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@_guard
+def guard_type(value: Any, expected: str, what: str, where: str) -> None:
+    """Fail unless ``type(value)`` is the class named ``expected`` (e.g. ``"torch.Tensor"``)."""
+    actual = type_name(value)
+    if actual != expected:
+        _fail(what, expected, actual, where, claim=f"type({what}) is {expected}",
+              observed=f"type({what}) is {actual}")
+
+
+def fingerprint(value: Any) -> Any:
+    """What :func:`guard_value` compares: a literal as itself, anything else (an enum
+    member, an object) as its type's qualified name and its repr."""
+    if type(value) in (bool, int, float, complex, str, bytes, type(None)):
+        return value
+    if type(value) in (tuple, list):
+        return type(value)(fingerprint(item) for item in value)
+    return f"{type_name(value)}:{value!r}"
+
+
+@_guard
+def guard_value(value: Any, expected: Any, what: str, where: str) -> None:
+    """Fail unless the Python value ``value`` is ``expected`` (same type and value; see :func:`fingerprint`)."""
+    actual = fingerprint(value)
+    if not _same(actual, expected):
+        _fail(what, expected, actual, where)
+
+
+@_guard
+def guard_grad_enabled(value: Any, expected: bool, what: str, where: str) -> None:
+    """Fail unless ``torch.is_grad_enabled() == expected`` (``value`` is the graph's
+    ``torch.is_grad_enabled()`` node)."""
+    if bool(value) is not expected:
+        _fail(what, expected, bool(value), where)
+
+
+# kind of decision -> the guard function that checks it at call time
+GUARDS: Mapping[GuardKind, Callable[..., None]] = {
+    GuardKind.ITER: guard_len,
+    GuardKind.UNPACK: guard_len,
+    GuardKind.LEN: guard_len,
+    GuardKind.BOOL: guard_truth,
+    GuardKind.SHAPE: guard_shape,
+    GuardKind.SIZE: guard_size,
+    GuardKind.NDIM: guard_ndim,
+    GuardKind.NUMEL: guard_numel,
+    GuardKind.INT: guard_int,
+    GuardKind.INDEX: guard_index,
+    GuardKind.FLOAT: guard_float,
+    GuardKind.ITEM: guard_item,
+    GuardKind.TOLIST: guard_tolist,
+    GuardKind.KEYS: guard_keys,
+    GuardKind.DTYPE: guard_dtype,
+    GuardKind.DEVICE: guard_device,
+    GuardKind.LAYOUT: guard_layout,
+    GuardKind.IS_NONE: guard_is_none,
+    GuardKind.IS_TENSOR: guard_is_tensor,
+    GuardKind.TYPE: guard_type,
+    GuardKind.VALUE: guard_value,
+    GuardKind.GRAD_ENABLED: guard_grad_enabled,
+}
+GUARD_FUNCTIONS: frozenset = frozenset(GUARDS.values())
