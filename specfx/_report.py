@@ -97,7 +97,7 @@ def specializations(gm: Any) -> Tuple[Specialization, ...]:
     >>> def f(x):
     ...     a, b = torch.chunk(x, 2)
     ...     return a * b
-    >>> [(s.kind, s.value) for s in specfx.specializations(specfx.trace(f, torch.ones(4)))]
+    >>> [(str(s.kind), s.value) for s in specfx.specializations(specfx.trace(f, torch.ones(4)))]
     [('unpack', 2)]
     """
     return tuple(decision.record for decision in _decisions_of(gm))

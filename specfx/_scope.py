@@ -72,7 +72,7 @@ class specialize:
     ...         a, b, c = torch.chunk(x, 3, dim=1)
     ...         return torch.cat([c, *torch.split(a + b, 1, dim=1)], dim=1)
     >>> gm = specfx.trace(Block(), torch.randn(1, 6))
-    >>> [s.kind for s in gm.specializations]
+    >>> [str(s.kind) for s in gm.specializations]
     ['unpack', 'iter']
 
     As a context manager:

@@ -70,7 +70,7 @@ def trace(
     >>> gm(torch.randn(3, 4, 5, 5)).shape
     torch.Size([3, 4, 5, 5])
     >>> [s.guard_description for s in gm.specializations]
-    ['len(split) == 2']
+    ['len(x) == 2']
     """
     policy = _as_policy(policy)
     if not isinstance(guards, bool):

@@ -99,7 +99,7 @@ class SpecializationError(SpecfxError, TraceError):
     the function); the decision is recorded and guarded.
 
     >>> gm = specfx.trace(f, torch.ones(3), policy=specfx.Policy(bool=True))
-    >>> [(s.kind, s.value) for s in gm.specializations]
+    >>> [(str(s.kind), s.value) for s in gm.specializations]
     [('bool', True)]
     """
 

@@ -116,7 +116,7 @@ class TestGuardError:
             "(specfx docs: docs/errors.md#guarderror)"
         )
         error = caught.value
-        assert (error.expression, error.expected, error.actual) == ("len(split)", 2, 3)
+        assert (error.expression, error.expected, error.actual) == ("len(x)", 2, 3)
         assert error.location == f"{MODELS_FILE}:{SEED_LINE}: return self.call_cat(*x)"
 
     def test_wrong_input_type_is_a_guard_error(self):
