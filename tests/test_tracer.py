@@ -587,3 +587,34 @@ class TestUserTerms:
         assert str(caught.value).startswith(
             "specfx guard failed: the graph was traced assuming bool(total.mean() > 0) == True"
         )
+
+
+class TestBytecodeForms:
+    """Per-version bytecode knowledge lives in one table (specfx._bytecode)."""
+
+    @staticmethod
+    def _listing(*ops):
+        import dis
+        return [dis.Instruction(opname, 0, None, argval, argrepr, offset, offset, False)
+                for offset, (opname, argval, argrepr) in enumerate(ops)]
+
+    def test_constant_subscript_on_this_python(self):
+        """`x.shape[1]` reads one dimension with this interpreter's own bytecode."""
+
+        def f(x):
+            return x.view(-1, x.shape[1])
+
+        gm = specfx.trace(f, torch.ones(2, 3), policy=Policy(shapes=True))
+        assert [s.expression for s in gm.specializations] == ["x.size(1)"]
+
+    def test_python_3_14_spells_small_ints_and_subscripts_differently(self):
+        """3.14 loads small ints with LOAD_SMALL_INT and subscripts with BINARY_OP []."""
+        from specfx._bytecode import constant_subscript, forms_for
+
+        new = self._listing(("LOAD_ATTR", "shape", "shape"), ("LOAD_SMALL_INT", 1, "1"), ("BINARY_OP", 26, "[]"))
+        old = self._listing(("LOAD_ATTR", "shape", "shape"), ("LOAD_CONST", 1, "1"), ("BINARY_SUBSCR", None, ""))
+        assert constant_subscript(new, 0, forms_for((3, 14))) == 1
+        assert constant_subscript(old, 0, forms_for((3, 11))) == 1
+        assert constant_subscript(new, 0, forms_for((3, 11))) is None
+        not_subscript = self._listing(("LOAD_ATTR", "shape", "shape"), ("LOAD_SMALL_INT", 1, "1"), ("BINARY_OP", 0, "+"))
+        assert constant_subscript(not_subscript, 0, forms_for((3, 14))) is None
