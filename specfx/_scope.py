@@ -10,15 +10,18 @@ from __future__ import annotations
 import contextvars
 import functools
 import sys
-from typing import Any, Callable, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Type, TypeVar, Union, overload
 
 import torch
+from typing_extensions import ParamSpec  # typing.ParamSpec is 3.10+; the decorator keeps signatures on 3.9
 
 from ._policy import FLAG_KEYWORDS, Layer, Policy, Specialize, _flags_from_keywords
 
 __all__ = ["annotations_active", "current_layers", "fresh_layers", "push_layer", "reset_layers", "specialize"]
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_M = TypeVar("_M", bound=Type[torch.nn.Module])
 
 # Layers pushed by annotations and module scopes, outermost first (the trace
 # policy itself is the tracer's base layer and is not on this stack).
@@ -104,7 +107,8 @@ class specialize:
         granted, denied = _flags_from_keywords(flags, keywords)
         policy = Policy(granted)
         if denied:
-            policy = policy | Policy(**{k: False for k, f in FLAG_KEYWORDS.items() if f in denied})
+            forbidden: Dict[str, Any] = {k: False for k, f in FLAG_KEYWORDS.items() if f in denied}
+            policy = policy | Policy(**forbidden)
         self._policy = policy
         self._description = policy.describe_keywords() or "Specialize.NONE"
 
@@ -116,11 +120,19 @@ class specialize:
     def __repr__(self) -> str:
         return f"specialize({self._description})"
 
-    def __call__(self, target: _F) -> _F:
+    # Type checkers see the decorated object unchanged: a module class stays that class,
+    # a function keeps its parameters and return type.
+    @overload
+    def __call__(self, target: _M) -> _M: ...
+
+    @overload
+    def __call__(self, target: Callable[_P, _R]) -> Callable[_P, _R]: ...
+
+    def __call__(self, target: Any) -> Any:
         if isinstance(target, type):
-            return self._decorate_class(target)  # type: ignore[return-value]
+            return self._decorate_class(target)
         if isinstance(target, (staticmethod, classmethod)):
-            return type(target)(self._decorate_function(target.__func__))  # type: ignore[return-value]
+            return type(target)(self._decorate_function(target.__func__))
         if not callable(target):
             raise TypeError(
                 f"@specialize decorates functions, methods and nn.Module subclasses; "
@@ -134,16 +146,16 @@ class specialize:
                 f"@specialize on a class needs an nn.Module subclass (it annotates forward); "
                 f"{cls.__name__} is not one - decorate its methods instead"
             )
-        cls.forward = self._decorate_function(cls.forward)  # type: ignore[method-assign]
+        cls.forward = self._decorate_function(cls.forward)
         return cls
 
-    def _decorate_function(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def _decorate_function(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
         name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
         layer = Layer(self._policy, f"@specialize({self._description}) on {name}")
         active = _ANNOTATIONS_ACTIVE
 
         @functools.wraps(fn)
-        def annotated(*args: Any, **kwargs: Any) -> Any:
+        def annotated(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             if not active.get():
                 return fn(*args, **kwargs)
             token = _LAYERS.set(_LAYERS.get() + (layer,))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import inspect
 import math
+import re
 
 import specfx
 
@@ -58,3 +59,39 @@ class TestPublicAPI:
         import pathlib
 
         assert (pathlib.Path(specfx.__file__).parent / "py.typed").exists()
+
+
+class TestStaticTypes:
+    def test_decorated_code_keeps_its_types(self, tmp_path):
+        """For mypy, @specialize(...) keeps a function's signature and a module class's type, and
+        specializations(gm) is a tuple of Specialization records. (torch itself is not analysed:
+        its types read as Any, which keeps this check to seconds.)"""
+        from mypy import api
+
+        config = tmp_path / "mypy.ini"
+        config.write_text("[mypy]\nstrict = True\nfollow_imports = silent\ndisallow_subclassing_any = False\n"
+                          "[mypy-torch.*,numpy.*,sympy.*]\nfollow_imports = skip\n")
+        snippet = tmp_path / "user_code.py"
+        snippet.write_text(
+            "import torch\n"
+            "from torch import nn\n"
+            "import specfx\n"
+            "@specfx.specialize(iter=True)\n"
+            "def f(x: torch.Tensor, n: int = 2) -> torch.Tensor:\n"
+            "    return x * n\n"
+            "@specfx.specialize(bool=True)\n"
+            "class Block(nn.Module):\n"
+            "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+            "        return x\n"
+            "reveal_type(f)\n"
+            "reveal_type(Block())\n"
+            "reveal_type(specfx.specializations(specfx.trace(f)))\n"
+            "f(torch.ones(1), 'two')\n"
+        )
+        out, _, status = api.run([str(snippet), "--config-file", str(config), "--no-incremental",
+                                  "--cache-dir", str(tmp_path / "cache")])
+        assert status == 1, out
+        notes = [line.split(": ", 2)[2] for line in out.splitlines() if ": note: " in line or ": error: " in line]
+        assert notes[:2] == ['Revealed type is "def (x: Any, n: int =) -> Any"', 'Revealed type is "user_code.Block"']
+        assert re.fullmatch(r'Revealed type is "tuple\[specfx\.[\w.]+\.Specialization, \.\.\.\]"', notes[2])
+        assert notes[3:] == ['Argument 2 to "f" has incompatible type "str"; expected "int"  [arg-type]']
