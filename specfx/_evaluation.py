@@ -8,7 +8,7 @@ object that reaches the tracer while the op runs) leaves the node without one.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Sequence, Tuple
 
 import torch
 from torch.fx import _symbolic_trace
@@ -22,7 +22,7 @@ try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch vers
 except ImportError:  # pragma: no cover - depends on the torch version
     _extract_tensor_metadata = None
 
-__all__ = ["INPLACE_FUNCTIONS", "Unevaluable", "concrete_values", "provenance", "proxies_in", "run_op", "tensor_meta"]
+__all__ = ["INPLACE_FUNCTIONS", "StateView", "Unevaluable", "concrete_values", "provenance", "proxies_in", "run_op", "tensor_meta"]
 
 
 class Unevaluable(BaseException):
@@ -38,8 +38,22 @@ INPLACE_FUNCTIONS = frozenset(
 )
 
 
-def concrete_values(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any]]:
-    """``(args, kwargs)`` with every proxy replaced by its value; None if one has none."""
+class StateView(Protocol):
+    """The trace's private view of the model's tensors (``specfx._state.TraceState``)."""
+
+    def read(self, value: Any, *, is_buffer: bool) -> Any: ...
+    def writable(self, value: Any) -> Any: ...
+    translating: bool
+
+    def translate(self, value: Any) -> Any: ...
+    def module(self, module: torch.nn.Module, *, copy_parameters: bool) -> torch.nn.Module: ...
+
+
+def concrete_values(
+    args: Tuple[Any, ...], kwargs: Dict[str, Any], translate: Optional[Callable[[Any], Any]] = None
+) -> Optional[Tuple[Any, Any]]:
+    """``(args, kwargs)`` with every proxy replaced by its value (seen through
+    ``translate``: a model tensor copied since is read as its copy); None if one has none."""
     missing = False
 
     def concrete(a: Any) -> Any:
@@ -48,7 +62,7 @@ def concrete_values(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[T
             value = value_of(a)
             if value is MISSING:
                 missing = True
-            return value
+            return value if translate is None else translate(value)
         return a
 
     values = map_aggregate(args, concrete)
@@ -56,30 +70,29 @@ def concrete_values(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[T
     return None if missing else (values, kw_values)
 
 
-def run_op(
-    root: torch.nn.Module, kind: str, target: Any, values: Any, kw_values: Any, protect: Callable[[Any], None]
-) -> Any:
-    """Run one node's op eagerly. ``protect(tensor)`` is called first for
-    tensors the op may write to (so their state can be restored after tracing)."""
+def run_op(root: torch.nn.Module, kind: str, target: Any, values: Any, kw_values: Any, state: StateView) -> Any:
+    """Run one node's op eagerly, on the trace's private copies of whatever of the
+    model's state it may write to (``state``): the user's tensors are never written."""
     fx_flag = _symbolic_trace._is_fx_tracing_flag
     _symbolic_trace._is_fx_tracing_flag = False  # leaves that ask "am I traced?" run as in eager
     try:
         if kind == "get_attr":
-            return operator.attrgetter(target)(root)
+            owner, _, name = target.rpartition(".")
+            module = root.get_submodule(owner) if owner else root
+            return state.read(getattr(module, name), is_buffer=name not in module._parameters)
         if kind == "call_function":
-            if target in INPLACE_FUNCTIONS or getattr(target, "__name__", "").endswith("_"):
-                protect(values[0] if values else None)
+            if values and (target in INPLACE_FUNCTIONS or getattr(target, "__name__", "").endswith("_")):
+                values = (state.writable(values[0]), *values[1:])
             return target(*values, **kw_values)
         if kind == "call_method":
             if target.endswith("_") and not target.startswith("_"):
-                protect(values[0])
+                values = (state.writable(values[0]), *values[1:])
             return getattr(values[0], target)(*values[1:], **kw_values)
         if kind == "call_module":
             module = root.get_submodule(target)
-            if not type(module).__module__.startswith(("torch.nn", "torch.ao.nn")):
-                for param in module.parameters():  # user-defined leaves may write their parameters
-                    protect(param)
-            return module(*values, **kw_values)
+            # user-defined leaves may write their parameters: they run on copies of them too
+            user_defined = not type(module).__module__.startswith(("torch.nn", "torch.ao.nn"))
+            return state.module(module, copy_parameters=user_defined)(*values, **kw_values)
         raise ValueError(f"unknown node kind {kind!r}")
     except Unevaluable:
         raise

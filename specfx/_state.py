@@ -1,99 +1,348 @@
-"""Tracing leaves the world as it found it.
+"""Tracing never writes to the user's objects.
 
 Computing example values runs the model's ops for real: train-mode BatchNorm
-updates its running statistics, Dropout draws random numbers, in-place ops
-write to their inputs. ``preserved_state`` snapshots what may change (RNG
-states, ``training`` flags, buffers) and restores it afterwards, also when
-tracing fails; example inputs are cloned before they reach the model; and
-parameters are copied lazily, just before an op that may write to them.
+updates its running statistics, in-place ops write to their inputs, Dropout
+draws random numbers. Where it can, specfx makes those writes land on private
+copies (copy-on-write), so the user's tensors are never written and other
+threads using the same model are never reverted:
+
+- example inputs are copied before they reach the model, whatever holds them
+  (tuples, dicts, dataclasses, namespaces, custom objects);
+- buffers (and any other tensor the trace reads from the model) are read as
+  private copies; a leaf module (BatchNorm...) runs as a *shadow*: a shallow
+  clone whose buffers are those copies (and, for user-defined leaves, whose
+  parameters are copies too);
+- a parameter is copied the moment an op is about to write to it (or to a view
+  of it, ``.data`` included); later reads of it then see the copy.
+
+What Python code does to the model itself cannot be redirected: attributes it
+assigns, containers it appends to (``self.history.append(x)``), ``training``
+flags, ``.grad``/``requires_grad`` of parameters, generators it draws from, the
+global RNGs. Those are snapshot under the trace lock and put back, and a
+change the graph will not repeat is reported with a warning.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
+import dataclasses
 import random
+import sys
+import types
 import warnings
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.fx
-from torch.utils import _pytree as pytree
 
 from ._evaluation import INPLACE_FUNCTIONS
 
-__all__ = ["StateKeeper", "clone_example", "preserved_state"]
+__all__ = ["NO_STATE", "StateKeeper", "TraceState", "clone_example", "preserved_state"]
+
+
+# -- example inputs --------------------------------------------------------------------------
 
 
 def _clone_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    copy = tensor.detach().clone()
+    copy_ = tensor.detach().clone()
     if tensor.requires_grad:  # only float/complex tensors can require grad, so this is valid
-        copy.requires_grad_(True)
-    return copy
+        copy_.requires_grad_(True)
+    return copy_
 
 
-def clone_example(value: Any) -> Any:
-    """A copy of an example input whose tensors can be written to freely."""
-    return pytree.tree_map_only(torch.Tensor, _clone_tensor, value)
+_OPAQUE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, type,
+           torch.nn.Module, torch.dtype, torch.device, torch.Generator, torch.fx.Proxy)
+
+
+def clone_example(value: Any, _memo: Optional[Dict[int, Any]] = None) -> Any:
+    """A copy of an example input whose tensors can be written to freely: tensors are
+    cloned inside lists, tuples (named too), dicts, dataclasses and other objects
+    with a ``__dict__``; the same object reached twice is cloned once."""
+    memo: Dict[int, Any] = {} if _memo is None else _memo
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    if isinstance(value, torch.Tensor):
+        result: Any = _clone_tensor(value)
+    elif type(value) in (list, tuple, dict) or isinstance(value, (list, tuple, dict)):
+        result = _clone_container(value, memo)
+    elif isinstance(value, _OPAQUE) or not hasattr(value, "__dict__") or not _holds_tensors(value, 3):
+        return value
+    else:
+        result = copy.copy(value)
+        memo[key] = result
+        for name, item in vars(value).items():
+            cloned = clone_example(item, memo)
+            if cloned is not item:
+                object.__setattr__(result, name, cloned)
+        return result
+    memo[key] = result
+    return result
+
+
+def _clone_container(value: Any, memo: Dict[int, Any]) -> Any:
+    if isinstance(value, dict):
+        items = {k: clone_example(v, memo) for k, v in value.items()}
+        if type(value) is dict:
+            return items
+        result = copy.copy(value)
+        result.update(items)
+        return result
+    items_list = [clone_example(v, memo) for v in value]
+    if type(value) in (list, tuple):
+        return type(value)(items_list)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*items_list)
+    result = copy.copy(value)
+    if isinstance(result, list):
+        result[:] = items_list
+        return result
+    return type(value)(items_list)
+
+
+def _holds_tensors(value: Any, depth: int) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth == 0 or isinstance(value, _OPAQUE):
+        return False
+    if isinstance(value, dict):
+        return any(_holds_tensors(v, depth - 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensors(v, depth - 1) for v in value)
+    if dataclasses.is_dataclass(value) or hasattr(value, "__dict__"):
+        return any(_holds_tensors(v, depth - 1) for v in vars(value).values())
+    return False
+
+
+# -- copy-on-write state ----------------------------------------------------------------------
+
+
+def _storage_key(tensor: torch.Tensor) -> Optional[int]:
+    if tensor.device.type == "meta" or tensor.layout is not torch.strided or tensor.is_quantized:
+        return None
+    try:
+        return tensor.untyped_storage().data_ptr() or None
+    except (RuntimeError, NotImplementedError):  # tensor subclasses without storage
+        return None
+
+
+class TraceState:
+    """The trace's private view of the model's tensors (see the module docstring).
+
+    ``read`` gives the value an attribute read sees, ``writable`` the tensor an
+    in-place op may write to, ``translate`` maps a value read before a copy was
+    made onto the copy, ``module`` the module a leaf call runs."""
+
+    def __init__(self) -> None:
+        self._private: Dict[int, torch.Tensor] = {}  # id(user's tensor) -> private copy
+        self._storages: Dict[int, torch.Tensor] = {}  # storage of a copied tensor -> the copy's storage holder
+        self._state: Dict[int, Optional[int]] = {}  # id of a tensor read from the model -> its storage key
+        self._state_storages: Dict[int, torch.Tensor] = {}  # storage key -> a model tensor using it
+        self.translating = False  # a tensor already handed out has been copied since
+        self._keep: List[torch.Tensor] = []  # keeps ids valid for the trace's lifetime
+        self._shadows: Dict[int, torch.nn.Module] = {}
+        self._stateful: Dict[Tuple[int, bool], bool] = {}
+        self.copied = 0  # bytes copied, for measurements
+
+    def _copy(self, tensor: torch.Tensor, *, handed_out: bool = False) -> torch.Tensor:
+        """A private tensor with ``tensor``'s storage layout (so views of it map onto views of the copy)."""
+        if tensor.device.type == "meta":
+            return tensor
+        with torch.no_grad():
+            if _storage_key(tensor) is None:
+                private = _clone_tensor(tensor)
+            elif (tensor.is_contiguous() and tensor.storage_offset() == 0
+                  and tensor.numel() * tensor.element_size() == tensor.untyped_storage().nbytes()):
+                private = tensor.detach().clone()  # same layout as the storage, and 3x faster
+                self._storages[_storage_key(tensor) or 0] = private
+                self.copied += private.untyped_storage().nbytes()
+            else:
+                storage = tensor.untyped_storage().clone()  # type: ignore[no-untyped-call]
+                private = torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+                    storage, tensor.storage_offset(), tensor.size(), tensor.stride())
+                self._storages[_storage_key(tensor) or 0] = private
+                self.copied += storage.nbytes()
+        if tensor.requires_grad and private.is_leaf:
+            private.requires_grad_(True)
+        self._private[id(tensor)] = private
+        self._keep.append(tensor)
+        self.translating = self.translating or handed_out
+        return private
+
+    def read(self, value: Any, *, is_buffer: bool) -> Any:
+        """The value of a model attribute: a buffer's private copy, else the tensor itself
+        (or its copy, once one was made)."""
+        if not isinstance(value, torch.Tensor):
+            return value
+        private = self._private.get(id(value))
+        if private is not None:
+            return private
+        if is_buffer:
+            return self._copy(value)
+        if id(value) not in self._state:
+            key = self._state[id(value)] = _storage_key(value)
+            if key is not None:
+                self._state_storages.setdefault(key, value)
+            self._keep.append(value)
+        return value
+
+    def writable(self, value: Any) -> Any:
+        """``value`` if an op may write to it freely, else its private counterpart."""
+        if not isinstance(value, torch.Tensor) or not self._state:
+            return value
+        private = self._private.get(id(value))
+        if private is not None:
+            return private
+        if id(value) in self._state:
+            return self._copy(value, handed_out=True)
+        key = _storage_key(value)
+        if key is None or (key not in self._state_storages and key not in self._storages):
+            return value
+        if key not in self._storages:  # a view of a model tensor (``.data``, ``w[0]``): copy its base
+            self._copy(self._state_storages[key], handed_out=True)
+        return self._alias(value, key)
+
+    def _alias(self, value: torch.Tensor, key: int) -> torch.Tensor:
+        holder = self._storages[key]
+        with torch.no_grad():
+            alias = torch.empty(0, dtype=value.dtype, device=value.device).set_(
+                holder.untyped_storage(), value.storage_offset(), value.size(), value.stride())
+        self._private[id(value)] = alias
+        self._keep.append(value)
+        return alias
+
+    def translate(self, value: Any) -> Any:
+        """A value computed before its tensor was copied, seen through the copy."""
+        if not self.translating or not isinstance(value, torch.Tensor):
+            return value
+        private = self._private.get(id(value))
+        if private is not None:
+            return private
+        key = _storage_key(value) if self._storages else None
+        return value if key is None or key not in self._storages else self._alias(value, key)
+
+    def module(self, module: torch.nn.Module, *, copy_parameters: bool) -> torch.nn.Module:
+        """The module a leaf call runs: a shallow clone (recursively) whose buffers, and
+        with ``copy_parameters`` whose parameters, are private copies."""
+        shadow = self._shadows.get(id(module))
+        if shadow is not None:
+            return shadow
+        if isinstance(module, torch.jit.ScriptModule) or not self._has_state(module, copy_parameters):
+            return module
+        shadow = object.__new__(type(module))
+        shadow.__dict__.update(module.__dict__)
+        for key, value in module.__dict__.items():  # plain tensor attributes (GraphModule's get_attr copies)
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                shadow.__dict__[key] = self.read(value, is_buffer=True)
+        shadow.__dict__["_buffers"] = {k: None if b is None else self.read(b, is_buffer=True)
+                                       for k, b in module._buffers.items()}
+        if copy_parameters:
+            shadow.__dict__["_parameters"] = {k: None if p is None else self._private.get(id(p)) or self._copy(p)
+                                              for k, p in module._parameters.items()}
+        shadow.__dict__["_modules"] = {k: None if m is None else self.module(m, copy_parameters=copy_parameters)
+                                       for k, m in module._modules.items()}
+        self._shadows[id(module)] = shadow
+        self._keep.append(module)  # type: ignore[arg-type]
+        return shadow
+
+    def _has_state(self, module: torch.nn.Module, parameters: bool) -> bool:
+        """Whether ``module`` (or a submodule) holds a tensor a call could write to."""
+        key = (id(module), parameters)
+        known = self._stateful.get(key)
+        if known is None:
+            known = self._stateful[key] = (
+                any(b is not None for b in module._buffers.values())
+                or (parameters and any(p is not None for p in module._parameters.values()))
+                or any(type(v) is torch.Tensor for v in module.__dict__.values())
+                or any(m is not None and self._has_state(m, parameters) for m in module._modules.values()))
+        return known
+
+
+
+
+class _NoState(TraceState):
+    """Tracing without examples runs no op: nothing to copy."""
+
+    def read(self, value: Any, *, is_buffer: bool) -> Any:
+        return value
+
+    def writable(self, value: Any) -> Any:
+        return value
+
+
+NO_STATE: TraceState = _NoState()
+
+
+# -- what Python code does to the model: snapshot and put back -------------------------------
 
 
 class StateKeeper:
-    """Remembers a module's mutable state and puts it back.
+    """Remembers what Python code may change on the model and puts it back."""
 
-    ``protect(tensor)`` is called before an op that may write to ``tensor``:
-    a parameter is copied the first time (buffers are copied up front).
-    """
-
-    def __init__(self, root: Any, *, copy_parameters: bool = False, runs_ops: bool = True) -> None:
+    def __init__(self, root: Any, *, runs_ops: bool = True) -> None:
         self._module = root if isinstance(root, torch.nn.Module) else None
+        self.trace_state: TraceState = TraceState() if runs_ops else NO_STATE
         self._rng = torch.get_rng_state()
         self._python_rng = random.getstate()
-        self._cuda_rng = (
-            torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-        )
+        numpy = sys.modules.get("numpy")
+        self._numpy_rng = numpy.random.get_state() if numpy is not None else None
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        self._cuda_rng = torch.cuda.get_rng_state_all() if cuda else None
         # Each module's attributes and its parameter/buffer/submodule tables, shallowly:
         # code that assigns `self.cache = x` or `self.count = self.count + 1` while traced
         # would otherwise leave proxies (or new tensors) on the user's model.
         self._tables: List[Tuple[str, torch.nn.Module, Dict[str, Any], Dict[str, Any], Dict[str, Any], Dict[str, Any]]] = []
-        # buffers grouped by (dtype, device), each group copied as one flat tensor: one copy
-        # and one comparison per group instead of one per buffer (a ResNet-50 has 159)
-        self._buffers: List[Tuple[List[torch.Tensor], torch.Tensor]] = []
-        self._params: Dict[int, Tuple[str, torch.Tensor, int]] = {}
-        self._param_copies: Dict[int, torch.Tensor] = {}
+        self._containers: List[Tuple[str, Any, Any]] = []  # (name, the user's container, its contents)
+        self._generators: List[Tuple[torch.Generator, torch.Tensor]] = []
+        self._params: List[Tuple[str, torch.nn.Parameter, bool, Any, int]] = []
         self.assigned: List[str] = []  # "module.attr" names forward bound to traced values
-        if self._module is not None:
-            self._tables = [
-                (name, m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules))
-                for name, m in self._module.named_modules()
-                if not isinstance(m, torch.jit.ScriptModule)  # C++-backed tables; Python code cannot rebind them
-            ]
-            if runs_ops:  # without example inputs no op runs, so no tensor can change
-                groups: Dict[Tuple[Any, Any], List[torch.Tensor]] = {}
-                for index, buffer in enumerate(self._module.buffers()):
-                    if buffer.device.type == "meta":
-                        continue
-                    plain = buffer.layout is torch.strided and not buffer.is_quantized
-                    # quantized/sparse buffers cannot be concatenated: a group of their own
-                    groups.setdefault((buffer.dtype, buffer.device) if plain else index, []).append(buffer)
-                self._buffers = [(group, _flat(group).clone()) for group in groups.values()]
-            for name, param in self._module.named_parameters():
-                self._params[id(param)] = (name, param, param._version)
-                if copy_parameters:  # for eager runs, whose in-place writes specfx cannot see coming
-                    self.protect(param)
-
-    def protect(self, value: Any) -> None:
-        """Copy ``value`` if it is one of the module's parameters not copied yet."""
-        if not isinstance(value, torch.Tensor):
+        self.changed: List[str] = []  # Python state forward changed that the graph does not change
+        if self._module is None:
             return
-        key = id(value)
-        if key in self._params and key not in self._param_copies and value.device.type != "meta":
-            self._param_copies[key] = value.detach().clone()
+        seen: set = set()
+        for name, m in self._module.named_modules():
+            if isinstance(m, torch.jit.ScriptModule):  # C++-backed tables; Python code cannot rebind them
+                continue
+            self._tables.append((name, m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules)))
+            for key, value in m.__dict__.items():
+                if key not in _TABLES and (type(value) in _MUTABLE or isinstance(value, torch.Generator)):
+                    self._remember(f"{name}.{key}" if name else key, value, seen, 4)
+        for name, param in self._module.named_parameters():
+            self._params.append((name, param, param.requires_grad, param.grad, param._version))
+
+    def _remember(self, name: str, value: Any, seen: set, depth: int) -> None:
+        """Snapshot mutable containers (deeply) and generators held by the model."""
+        if isinstance(value, torch.Generator):
+            self._generators.append((value, value.get_state()))
+            return
+        if depth == 0 or id(value) in seen or not isinstance(value, (list, dict, set)):
+            return
+        seen.add(id(value))
+        contents: Any = dict(value) if isinstance(value, dict) else (set(value) if isinstance(value, set) else list(value))
+        self._containers.append((name, value, contents))
+        items = value.values() if isinstance(value, dict) else value
+        for item in list(items):
+            self._remember(name + "[...]", item, seen, depth - 1)
+
+    @property
+    def protect(self) -> Any:  # the tracer's hook before a write (kept for callers of the old name)
+        return self.trace_state.writable
 
     def restore(self) -> None:
-        """Put RNG states, module attributes (``training`` flags included), buffers and parameters back."""
+        """Put RNG states, module attributes (``training`` flags included), containers,
+        generators and parameters' autograd flags back."""
         torch.set_rng_state(self._rng)
         random.setstate(self._python_rng)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and self._numpy_rng is not None:
+            numpy.random.set_state(self._numpy_rng)
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state_all(self._cuda_rng)
+        for generator, state in self._generators:
+            if not torch.equal(generator.get_state(), state):
+                generator.set_state(state)
         for name, module, attributes, parameters, buffers, children in self._tables:
             for live, saved in ((module.__dict__, attributes), (module._parameters, parameters),
                                 (module._buffers, buffers), (module._modules, children)):
@@ -101,28 +350,19 @@ class StateKeeper:
                     qualified = f"{name}.{key}" if name else key
                     if not _updates_in_place(value, qualified):
                         self.assigned.append(qualified)
-        with torch.no_grad():
-            for group, saved in self._buffers:
-                # Compare values, not version counters: BatchNorm's kernel updates its running
-                # statistics in place without bumping their version.
-                if len(group) == 1:
-                    if not torch.equal(group[0], saved):
-                        group[0].copy_(saved)
-                elif not torch.equal(_flat(group), saved):
-                    offset = 0
-                    for buffer in group:
-                        part = saved[offset: offset + buffer.numel()].view(buffer.shape)
-                        if not torch.equal(buffer, part):
-                            buffer.copy_(part)
-                        offset += buffer.numel()
-            lost = []
-            for key, (name, param, version) in self._params.items():
-                saved = self._param_copies.get(key)
-                if saved is not None:
-                    if not torch.equal(param, saved):
-                        param.copy_(saved)
-                elif param._version != version:
-                    lost.append(name)
+        for name, container, contents in self._containers:
+            if _restore_contents(container, contents):
+                self.changed.append(name)
+        lost = []
+        for name, param, requires_grad, grad, version in self._params:
+            if param.requires_grad != requires_grad:
+                param.requires_grad_(requires_grad)
+                self.changed.append(f"{name}.requires_grad")
+            if param.grad is not grad:
+                param.grad = grad
+                self.changed.append(f"{name}.grad")
+            if param._version != version:
+                lost.append(name)
         if lost:
             warnings.warn(
                 f"tracing changed parameter(s) {', '.join(lost)} in place and specfx could not undo it "
@@ -133,12 +373,31 @@ class StateKeeper:
 
 
 _ABSENT = object()
+# nn.Module's own tables (parameters, buffers, submodules, hook dicts...): restored by identity
+# as tables or left to torch; containers the user's code keeps are the rest.
+_TABLES = frozenset(torch.nn.Module().__dict__)
+_MUTABLE = (list, dict, set, collections.OrderedDict)
 
 
-def _flat(tensors: List[torch.Tensor]) -> torch.Tensor:
-    if len(tensors) == 1:
-        return tensors[0].detach()
-    return torch.cat([t.detach().reshape(-1) for t in tensors])
+def _restore_contents(container: Any, contents: Any) -> bool:
+    """Put ``contents`` back into the user's container in place; whether it had changed."""
+    if isinstance(container, dict):
+        if container.keys() == contents.keys() and all(container[k] is v for k, v in contents.items()):
+            return False
+        for key in [k for k in container if k not in contents]:
+            del container[key]
+        container.update(contents)
+        return True
+    if isinstance(container, set):
+        if container == contents:
+            return False
+        container.clear()
+        container.update(contents)
+        return True
+    if len(container) == len(contents) and all(a is b for a, b in zip(container, contents)):
+        return False
+    container[:] = contents
+    return True
 
 
 def _updates_in_place(value: Any, qualified: str) -> bool:
@@ -166,11 +425,10 @@ def _restore_table(live: Dict[str, Any], saved: Dict[str, Any]) -> List[Tuple[st
 
 
 @contextlib.contextmanager
-def preserved_state(root: Any, *, copy_parameters: bool = False, runs_ops: bool = True) -> Iterator[StateKeeper]:
-    """Snapshot ``root``'s mutable state and the RNGs; restore them on exit.
-    ``copy_parameters`` copies every parameter up front (for runs specfx does not trace);
-    ``runs_ops=False`` (a symbolic trace) skips the tensor copies."""
-    keeper = StateKeeper(root, copy_parameters=copy_parameters, runs_ops=runs_ops)
+def preserved_state(root: Any, *, runs_ops: bool = True) -> Iterator[StateKeeper]:
+    """Snapshot what Python code may change on ``root`` and the RNGs; restore them on exit.
+    ``runs_ops=False`` (a symbolic trace) needs no tensor copies."""
+    keeper = StateKeeper(root, runs_ops=runs_ops)
     try:
         yield keeper
     finally:

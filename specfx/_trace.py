@@ -17,8 +17,8 @@ from torch.utils import _pytree as pytree
 
 from ._decisions import Specialization
 from ._policy import Policy, Specialize, parse_flags
-from ._state import clone_example, preserved_state
-from ._tracer import SpecTracer
+from ._state import TraceState, clone_example, preserved_state
+from ._tracer import TRACE_LOCK, SpecTracer
 from .errors import GuardError, SpecializationWarning, TraceCheckError, docs_pointer
 
 __all__ = ["trace"]
@@ -84,14 +84,17 @@ def trace(
                         leaf_modules=leaf_modules, guards=guards)
     examples = bind_examples(root, example_inputs, example_kwargs, concrete_args)
     name = type(root).__name__ if isinstance(root, torch.nn.Module) else getattr(root, "__name__", "function")
-    with preserved_state(root, runs_ops=examples is not None) as keeper:
-        tracer.protect = keeper.protect
+    # The snapshot is taken under the trace lock: two traces of one model from two threads
+    # would otherwise each restore what the other had half-changed.
+    with TRACE_LOCK, preserved_state(root, runs_ops=examples is not None) as keeper:
+        tracer.state = keeper.trace_state
         tracer.set_examples(None if examples is None else clone_example(examples))
         graph = tracer.trace(root, concrete_args)
         # Built before the state is restored: torch.fx stores tensor constants on the root
         # (`_tensor_constant0`), which the GraphModule copies and the restore then removes.
         gm = torch.fx.GraphModule(tracer.root, graph, name)
     _unbind_traced_assignments(gm, root, keeper.assigned)
+    _warn_changed(keeper.changed)
     attach(gm, tracer.specializations, policy)
     _warn_degenerate(tracer.specializations)
     if check_inputs is not None:
@@ -118,6 +121,17 @@ def _unbind_traced_assignments(gm: torch.fx.GraphModule, root: Any, assigned: Se
             f"forward assigns traced values to module attributes ({', '.join(assigned[:5])}"
             f"{', ...' if len(assigned) > 5 else ''}); specfx left the model unchanged, and the graph "
             f"does not store these values, so state carried from one call to the next is lost",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _warn_changed(changed: Sequence[str]) -> None:
+    if changed:
+        warnings.warn(
+            f"forward changed Python state of the model ({', '.join(changed[:5])}"
+            f"{', ...' if len(changed) > 5 else ''}); specfx put it back as it was, and the graph "
+            f"does not make these changes, so state carried from one call to the next is lost",
             UserWarning,
             stacklevel=3,
         )
@@ -249,10 +263,14 @@ def check(gm: torch.fx.GraphModule, root: Any, check_inputs: Sequence[Any]) -> N
         raise TypeError("check_inputs= takes a list of inputs, e.g. [(x1,), (x2,)]")
     for index, entry in enumerate(check_inputs):
         args, kwargs = _as_call(entry)
-        with preserved_state(root, copy_parameters=True), torch.random.fork_rng(devices=[]):
+        # Both runs act on private copies of the model's tensors (shadow modules): the user's
+        # model is not written, and both start from the same state.
+        with TRACE_LOCK, preserved_state(root), torch.random.fork_rng(devices=[]):
+            eager = TraceState().module(root, copy_parameters=True) if isinstance(root, torch.nn.Module) else root
+            graph = TraceState().module(gm, copy_parameters=True)
             rng = torch.get_rng_state()
             try:
-                expected = root(*clone_example(args), **clone_example(kwargs))
+                expected = eager(*clone_example(args), **clone_example(kwargs))
             except Exception as error:
                 raise TraceCheckError(
                     f"check_inputs[{index}]: the eager model itself raised {type(error).__name__}: {error}",
@@ -260,7 +278,7 @@ def check(gm: torch.fx.GraphModule, root: Any, check_inputs: Sequence[Any]) -> N
                 ) from error
             torch.set_rng_state(rng)
             try:
-                actual = gm(*clone_example(args), **clone_example(kwargs))
+                actual = graph(*clone_example(args), **clone_example(kwargs))
             except GuardError as error:
                 raise TraceCheckError(
                     f"check_inputs[{index}]: a guard failed, so the graph does not cover this input:\n{error}",

@@ -32,11 +32,12 @@ from torch.fx.proxy import Proxy
 from . import _messages, _patches
 from ._bytecode import constant_subscript_next, unpack_count
 from ._decisions import Decider, Decision, Specialization
-from ._evaluation import Unevaluable, concrete_values, provenance, proxies_in, run_op, tensor_meta
+from ._evaluation import StateView, Unevaluable, concrete_values, provenance, proxies_in, run_op, tensor_meta
 from ._policy import Layer, Policy, Resolved, Specialize, resolve
 from ._roots import definition_line, put_varargs_before_keyword_only
 from ._scope import annotations_active, current_layers, fresh_layers, push_layer, reset_layers
 from ._source import SourceLocation, user_frame, user_location
+from ._state import NO_STATE
 from ._values import (
     MISSING,
     SCALAR_METHODS,
@@ -53,11 +54,11 @@ from ._values import (
 )
 from .guards import GuardKind
 
-__all__ = ["SpecTracer"]
+__all__ = ["TRACE_LOCK", "SpecTracer"]
 
 # torch.fx patches torch.nn.Module globally while it traces, so traces are
 # serialized; code in other threads keeps running eagerly (see `_is_tracing`).
-_TRACE_LOCK = threading.RLock()
+TRACE_LOCK = threading.RLock()
 _ACTIVE_TRACER: contextvars.ContextVar[Optional["SpecTracer"]] = contextvars.ContextVar(
     "specfx_active_tracer", default=None
 )
@@ -114,7 +115,7 @@ class SpecTracer(torch.fx.Tracer):
         self._leaf_names = frozenset(m for m in (leaf_modules or ()) if isinstance(m, str))
         self.examples: Optional[Dict[str, Any]] = None
         self.decisions = Decider(self, guards)
-        self.protect: Callable[[Any], None] = lambda value: None
+        self.state: StateView = NO_STATE  # the trace's private copies of the model's tensors
         self._module_path: list[str] = []
         self._evaluating = 0
         self._state_names: Optional[Dict[int, str]] = None  # id of a parameter/buffer -> qualified name
@@ -135,7 +136,7 @@ class SpecTracer(torch.fx.Tracer):
 
     def trace(self, root: Any, concrete_args: Optional[Dict[str, Any]] = None) -> torch.fx.Graph:
         """Trace ``root`` as ``torch.fx.Tracer.trace`` does, with this tracer's values and policy."""
-        with _TRACE_LOCK:
+        with TRACE_LOCK:
             active = _ACTIVE_TRACER.set(self)
             annotations = annotations_active().set(self.policy.annotations)
             token = fresh_layers()
@@ -283,12 +284,12 @@ class SpecTracer(torch.fx.Tracer):
             # Without examples nothing runs, as in torch.fx; parameters still carry
             # themselves so that param_shapes_constant can read their shapes.
             return MISSING
-        values = concrete_values(args, kwargs)
+        values = concrete_values(args, kwargs, self.state.translate if self.state.translating else None)
         if values is None:
             return MISSING
         self._evaluating += 1
         try:
-            return run_op(self.root, kind, target, values[0], values[1], self.protect)
+            return run_op(self.root, kind, target, values[0], values[1], self.state)
         except Unevaluable:
             return MISSING
         finally:

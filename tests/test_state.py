@@ -342,3 +342,186 @@ class TestCheckInputs:
             specfx.trace(model, torch.randn(3, 4), check_inputs=[torch.randn(5, 4)])
         assert [str(w.message) for w in caught] == []
         assert torch.equal(model.counter, torch.zeros(4))
+
+
+# -- copy-on-write: the user's objects are never written (issue 11) -------------------------------
+
+
+class KeepsHistory(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.history = []
+        self.cache = {"seen": [0]}
+
+    def forward(self, x):
+        self.history.append(x)
+        self.cache["last"] = x
+        self.cache["seen"].append(1)
+        return x + 1
+
+
+class HalvesThroughData(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        self.w.data.mul_(0.5)
+        return x * self.w
+
+
+class TogglesGrad(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        self.w.requires_grad_(False)
+        return x * self.w
+
+
+class OwnGenerator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.generator = torch.Generator().manual_seed(0)
+
+    def forward(self, x):
+        return x + torch.rand(4, generator=self.generator)
+
+
+class NumpyNoise(nn.Module):
+    def forward(self, x):
+        import numpy
+
+        return x + float(numpy.random.rand())
+
+
+class TestCopyOnWrite:
+    def test_python_containers_on_the_model_are_put_back_with_a_warning(self):
+        model = KeepsHistory()
+        history, cache, seen = model.history, model.cache, model.cache["seen"]
+        with pytest.warns(UserWarning, match=r"history.*specfx put it back"):
+            specfx.trace(model, (torch.ones(4),))
+        assert model.history is history and history == []
+        assert model.cache is cache and list(cache) == ["seen"] and seen == [0]
+
+    def test_a_write_through_data_reaches_a_copy_and_later_reads_see_it(self):
+        model = HalvesThroughData()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            gm = specfx.trace(model, (torch.ones(4),))
+        assert torch.equal(model.w.detach(), torch.ones(4)) and model.w._version == 0
+        # the graph halves the weight on each call, as eager does
+        assert torch.equal(gm(torch.ones(4)), torch.full((4,), 0.5))
+
+    def test_requires_grad_and_grad_are_put_back(self):
+        model = TogglesGrad()
+        grad = torch.zeros(4)
+        model.w.grad = grad
+        specfx.trace(model, (torch.ones(4),))
+        assert model.w.requires_grad and model.w.grad is grad
+
+    def test_a_generator_held_by_the_model_is_not_advanced(self):
+        model = OwnGenerator()
+        state = model.generator.get_state()
+        specfx.trace(model, (torch.ones(4),))
+        assert torch.equal(model.generator.get_state(), state)
+
+    def test_numpy_global_rng_is_not_advanced(self):
+        numpy = pytest.importorskip("numpy")
+        numpy.random.seed(0)
+        state = numpy.random.get_state()
+        specfx.trace(NumpyNoise(), (torch.ones(4),), policy=Policy(scalars=True))
+        after = numpy.random.get_state()
+        assert after[0] == state[0] and (after[1] == state[1]).all() and after[2:] == state[2:]
+
+    @pytest.mark.parametrize("wrap", ["dataclass", "namespace", "object"])
+    def test_example_inputs_in_any_container_are_not_written(self, wrap):
+        import dataclasses
+        import types
+
+        @dataclasses.dataclass
+        class Batch:
+            x: torch.Tensor
+
+        class Holder:
+            def __init__(self, x):
+                self.x = x
+
+        make = {"dataclass": Batch, "namespace": lambda x: types.SimpleNamespace(x=x), "object": Holder}[wrap]
+
+        def forward(b):
+            b.x.add_(1)
+            return b.x * 2
+
+        x = torch.zeros(3)
+        batch = make(x)
+        specfx.trace(forward, (batch,))
+        assert batch.x is x and torch.equal(x, torch.zeros(3)) and x._version == 0
+
+    def test_batchnorm_buffers_are_not_written_at_all(self):
+        model = Normed().train()
+        versions = {name: b._version for name, b in model.named_buffers()}
+        specfx.trace(model, (torch.randn(8, 4),), policy=Policy(bool=True))
+        assert {name: b._version for name, b in model.named_buffers()} == versions
+
+
+class TestThreads:
+    """Barriers, never sleeps: each test holds one thread at a known point."""
+
+    def test_eager_steps_of_another_thread_during_a_trace_are_kept(self):
+        import threading
+
+        inside, done = threading.Barrier(2), threading.Barrier(2)
+
+        class PausesAfterNorm(nn.Module):
+            def __init__(self, shared):
+                super().__init__()
+                self.shared = shared
+
+            def forward(self, x):
+                y = self.shared(x)
+                inside.wait(30)
+                done.wait(30)
+                return y
+
+        bn = nn.BatchNorm1d(4).train()
+        model = PausesAfterNorm(bn)
+
+        def eager_steps():
+            inside.wait(30)
+            try:
+                for _ in range(3):
+                    bn(torch.randn(8, 4))
+            finally:
+                done.wait(30)
+
+        thread = threading.Thread(target=eager_steps)
+        thread.start()
+        specfx.trace(model, (torch.randn(8, 4),))
+        thread.join()
+        assert int(bn.num_batches_tracked) == 3
+
+    def test_two_traces_of_one_model_from_two_threads_leave_it_unchanged(self):
+        import threading
+
+        model = Normed().train()
+        before = snapshot(model)
+        start = threading.Barrier(2)
+        errors = []
+
+        def run():
+            start.wait(30)
+            try:
+                for _ in range(3):
+                    specfx.trace(model, (torch.randn(8, 4) + 3,), policy=Policy(bool=True))
+            except Exception as error:  # reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=run) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert_state_equal(model, before)

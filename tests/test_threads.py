@@ -15,13 +15,23 @@ import specfx
 TIMEOUT = 30  # seconds; a barrier that times out fails the test instead of hanging it
 
 
+class _Observations:
+    """Where forward records what it saw: not a container on the model (those are put back)."""
+
+    def __init__(self, into):
+        self.into = into
+
+    def __setitem__(self, key, value):
+        self.into[key] = value
+
+
 class PausesWhileTracing(nn.Module):
     """Holds the trace at its first line until another thread has looked around."""
 
-    def __init__(self, inside, done):
+    def __init__(self, inside, done, seen_here):
         super().__init__()
         self.inside, self.done = inside, done
-        self.seen_here = {}
+        self.seen_here = seen_here  # filled by forward (the dict's contents are put back after tracing)
 
     def forward(self, x):
         self.seen_here["is_fx_tracing"] = fx_trace.is_fx_tracing()
@@ -34,7 +44,8 @@ class PausesWhileTracing(nn.Module):
 def trace_while(look_around):
     """Trace in this thread while ``look_around()`` runs in another; return its result."""
     inside, done = threading.Barrier(2), threading.Barrier(2)
-    model = PausesWhileTracing(inside, done)
+    seen_here = {}
+    model = PausesWhileTracing(inside, done, _Observations(seen_here))
     result = {}
 
     def other():
@@ -48,7 +59,7 @@ def trace_while(look_around):
     thread.start()
     specfx.trace(model, (torch.ones(2),))
     thread.join()
-    return model.seen_here, result["value"]
+    return seen_here, result["value"]
 
 
 class TestOtherThreads:
