@@ -7,9 +7,10 @@ import dataclasses
 from collections import Counter
 from typing import Any, Dict, Hashable, Iterable, List, Sequence, Tuple, Union
 
-from ._guards import GUARDS, Specialization
+from ._decisions import Specialization
 from ._messages import short_repr
 from ._policy import Specialize
+from .guards import GUARDS
 
 __all__ = ["explain", "specializations"]
 

@@ -24,9 +24,10 @@ from typing import IO, Any, Iterator, List, Optional, Tuple
 
 import torch
 
-from ._guards import GUARDS, Specialization
+from ._decisions import Specialization
 from ._policy import Specialize
 from ._source import SourceLocation
+from .guards import GUARDS
 
 __all__ = ["Opaque", "UnsafeFileError", "read_specializations"]
 
@@ -71,6 +72,7 @@ class _RecordUnpickler(pickle.Unpickler):
     def __init__(self, file: IO[bytes]) -> None:
         super().__init__(file)
         self._allowed = {(cls.__module__, cls.__qualname__): cls for cls in _record_types()}
+        self._allowed[("specfx._guards", "Specialization")] = Specialization  # where 0.1 pickled it
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in self._allowed:

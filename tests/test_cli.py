@@ -110,6 +110,13 @@ class TestExplainLoadsSafely:
         assert read_specializations(str(tmp_path / "g.pt")) == gm.specializations
         assert len({type(s.value) for s in gm.specializations}) >= 3
 
+    def test_graph_saved_by_0_1(self, capsys):
+        """The graph pickled by specfx 0.1.0 (tests/fixtures) is explained without loading it."""
+        fixture = pathlib.Path(__file__).parent / "fixtures" / "graph_0.1.0.pt"
+        assert main(["explain", str(fixture)]) == 0
+        summary = capsys.readouterr().out.splitlines()[0]
+        assert summary == "specfx: 2 specializations from 2 source lines (bool: 1, unpack: 1), all guarded"
+
     def test_not_a_torch_file(self, tmp_path, capsys):
         """A file that is not a torch.save archive is a one-line refusal, exit code 2."""
         (tmp_path / "x.pt").write_bytes(b"not a zip")
