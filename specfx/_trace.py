@@ -8,7 +8,7 @@ import math
 import operator
 import types
 import warnings
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import torch
 import torch.fx
@@ -38,6 +38,8 @@ def trace(
     leaf_modules: Optional[Iterable[Any]] = None,
     autowrap_functions: Tuple[Callable[..., Any], ...] = (),
     autowrap_modules: Tuple[types.ModuleType, ...] = (math,),
+    trace_through: Optional[Iterable[Any]] = None,
+    tracer_class: Type[SpecTracer] = SpecTracer,
 ) -> torch.fx.GraphModule:
     """Trace ``root`` into a ``torch.fx.GraphModule``, running the example inputs
     alongside so that the code may iterate, branch and read shapes as far as
@@ -55,8 +57,12 @@ def trace(
     guards: the graph is then silently wrong on inputs that break an
     assumption. ``concrete_args``, ``leaf_modules`` (types or qualified
     names), ``autowrap_functions`` and ``autowrap_modules`` mean what they
-    mean for ``torch.fx``. Tracing leaves the model, the inputs and the RNG
-    state as they were.
+    mean for ``torch.fx``. ``trace_through`` (``nn.Module`` types or qualified
+    names) are traced into although torch.fx keeps them as leaves (the
+    ``torch.nn`` built-ins, e.g. ``nn.MultiheadAttention``); ``leaf_modules``
+    wins where both name a module. ``tracer_class`` is a :class:`SpecTracer`
+    subclass to trace with (the extension point: override torch.fx's hooks).
+    Tracing leaves the model, the inputs and the RNG state as they were.
 
     >>> import torch, specfx
     >>> from torch import nn
@@ -77,11 +83,14 @@ def trace(
         raise TypeError(f"guards= takes True or False; got {guards!r}")
     if not (isinstance(root, torch.nn.Module) or callable(root)):
         raise TypeError(f"trace() takes an nn.Module or a function; got {type(root).__name__}")
-    leaf_modules = _check_leaf_modules(leaf_modules)
+    leaf_modules = _check_leaf_modules(leaf_modules, "leaf_modules")
+    trace_through = _check_leaf_modules(trace_through, "trace_through")
+    if not (isinstance(tracer_class, type) and issubclass(tracer_class, SpecTracer)):
+        raise TypeError(f"tracer_class= takes a subclass of specfx.SpecTracer; got {tracer_class!r}")
     if isinstance(root, torch.nn.Module):
         _warn_unmatched_scopes(policy, root)
-    tracer = SpecTracer(autowrap_modules, tuple(autowrap_functions), policy=policy,
-                        leaf_modules=leaf_modules, guards=guards)
+    tracer = tracer_class(autowrap_modules, tuple(autowrap_functions), policy=policy,
+                          leaf_modules=leaf_modules, guards=guards, trace_through=trace_through)
     examples = bind_examples(root, example_inputs, example_kwargs, concrete_args)
     name = type(root).__name__ if isinstance(root, torch.nn.Module) else getattr(root, "__name__", "function")
     # The snapshot is taken under the trace lock: two traces of one model from two threads
@@ -159,16 +168,16 @@ def _as_policy(policy: PolicyLike) -> Policy:
     )
 
 
-def _check_leaf_modules(leaf_modules: Optional[Iterable[Any]]) -> Tuple[Any, ...]:
-    if leaf_modules is None:
+def _check_leaf_modules(modules: Optional[Iterable[Any]], keyword: str) -> Tuple[Any, ...]:
+    if modules is None:
         return ()
-    if isinstance(leaf_modules, (str, type)):
-        leaf_modules = (leaf_modules,)
-    checked = tuple(leaf_modules)
+    if isinstance(modules, (str, type)):
+        modules = (modules,)
+    checked = tuple(modules)
     for item in checked:
         if not (isinstance(item, str) or (isinstance(item, type) and issubclass(item, torch.nn.Module))):
             raise TypeError(
-                f"leaf_modules= takes nn.Module subclasses or qualified module names; got {item!r}"
+                f"{keyword}= takes nn.Module subclasses or qualified module names; got {item!r}"
             )
     return checked
 

@@ -85,9 +85,15 @@ class SpecTracer(torch.fx.Tracer):
     """A value-carrying ``torch.fx.Tracer``; use :func:`specfx.trace` to drive it.
 
     Constructed with no arguments it behaves like ``torch.fx.Tracer`` (this is
-    what unpickling a GraphModule does). ``policy``, ``leaf_modules`` and
-    ``guards`` are keyword-only extras; example values are given to
-    :meth:`set_examples` before :meth:`trace`.
+    what unpickling a GraphModule does). ``policy``, ``leaf_modules``,
+    ``guards`` and ``trace_through`` are keyword-only extras; example values are
+    given to :meth:`set_examples` before :meth:`trace`.
+
+    To change how tracing works, subclass it, override torch.fx's hooks (their
+    docstrings start "Called ..."; e.g. ``is_leaf_module``) and pass the class
+    as ``specfx.trace(..., tracer_class=MyTracer)``: ``trace()`` constructs it
+    with the arguments above, so the examples, the policy, state keeping and the
+    records stay ``trace()``'s.
 
     >>> import torch, specfx
     >>> graph = specfx.SpecTracer().trace(torch.nn.Sequential(torch.nn.ReLU()))
@@ -104,6 +110,7 @@ class SpecTracer(torch.fx.Tracer):
         policy: Optional[Policy] = None,
         leaf_modules: Optional[Iterable[Any]] = None,
         guards: bool = True,
+        trace_through: Optional[Iterable[Any]] = None,
     ) -> None:
         super().__init__(autowrap_modules, autowrap_functions, param_shapes_constant)
         policy = policy if policy is not None else Policy()
@@ -113,6 +120,8 @@ class SpecTracer(torch.fx.Tracer):
         self.guards = guards
         self._leaf_types = tuple(m for m in (leaf_modules or ()) if isinstance(m, type))
         self._leaf_names = frozenset(m for m in (leaf_modules or ()) if isinstance(m, str))
+        self._through_types = tuple(m for m in (trace_through or ()) if isinstance(m, type))
+        self._through_names = frozenset(m for m in (trace_through or ()) if isinstance(m, str))
         self.examples: Optional[Dict[str, Any]] = None
         self.decisions = Decider(self, guards)
         self.state: StateView = NO_STATE  # the trace's private copies of the model's tensors
@@ -162,11 +171,16 @@ class SpecTracer(torch.fx.Tracer):
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         """Called for each submodule call: leaf modules become ``call_module`` nodes
-        (``leaf_modules`` types or qualified names, plus torch.fx's defaults)."""
+        (``leaf_modules`` types or qualified names, plus torch.fx's defaults, except
+        the ``trace_through`` types or names, whose forward is traced into)."""
         if self._leaf_types and isinstance(m, self._leaf_types):
             return True
         if module_qualified_name in self._leaf_names:
             return True
+        if module_qualified_name in self._through_names:
+            return False
+        if self._through_types and isinstance(m, self._through_types):
+            return False
         return super().is_leaf_module(m, module_qualified_name)
 
     def call_module(

@@ -28,7 +28,9 @@ class TestPublicAPI:
             "concrete_args: 'Optional[Dict[str, Any]]' = None, guards: 'bool' = True, "
             "check_inputs: 'Optional[Sequence[Any]]' = None, leaf_modules: 'Optional[Iterable[Any]]' = None, "
             "autowrap_functions: 'Tuple[Callable[..., Any], ...]' = (), "
-            f"autowrap_modules: 'Tuple[types.ModuleType, ...]' = ({math!r},)) "
+            f"autowrap_modules: 'Tuple[types.ModuleType, ...]' = ({math!r},), "
+            "trace_through: 'Optional[Iterable[Any]]' = None, "
+            "tracer_class: 'Type[SpecTracer]' = <class 'specfx._tracer.SpecTracer'>) "
             "-> 'torch.fx.GraphModule'"
         )
 

@@ -166,3 +166,70 @@ class TestRetrace:
         assert "specfx_guard_len" in again.code
         with pytest.raises(specfx.GuardError):
             again(torch.randn(1, 6, 3, 3))
+
+
+class Attention(nn.Module):
+    """A torch.nn built-in (a leaf for torch.fx) inside a model with a branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        y, _ = self.attn(x, x, x)
+        return y if x.shape[1] > 1 else -y
+
+
+class SignBranch(nn.Module):
+    def forward(self, x):
+        return x if x.sum() > 0 else -x
+
+
+class KeepSplitCatWhole(specfx.SpecTracer):
+    """A tracer subclass: SplitCat becomes one call_module node."""
+
+    def is_leaf_module(self, m, module_qualified_name):
+        return isinstance(m, SplitCat) or super().is_leaf_module(m, module_qualified_name)
+
+
+class TestExtending:
+    def test_trace_through_a_torch_nn_module(self):
+        """trace_through= traces into an nn built-in: no call_module for it, output equal to eager."""
+        model = Attention().eval()
+        x = torch.randn(2, 5, 8)
+        leaf = specfx.trace(model, x, policy=Policy(bool=True))
+        through = specfx.trace(model, x, policy=Policy(bool=True, shapes=True),
+                               trace_through=[nn.MultiheadAttention])
+        assert [n.target for n in leaf.graph.nodes if n.op == "call_module"] == ["attn"]
+        assert not [n for n in through.graph.nodes if n.op == "call_module" and n.target == "attn"]
+        for batch in (x, torch.randn(3, 5, 8)):
+            torch.testing.assert_close(through(batch), model(batch), rtol=0, atol=1e-6)
+        assert any(s.kind == "bool" for s in through.specializations)
+
+    def test_trace_through_by_name_and_leaf_wins(self):
+        """Qualified names work; a module named in both leaf_modules and trace_through stays a leaf."""
+        model, x = Attention().eval(), torch.randn(2, 5, 8)
+        by_name = specfx.trace(model, x, policy="all", trace_through=["attn"])
+        assert not [n for n in by_name.graph.nodes if n.op == "call_module"]
+        both = specfx.trace(model, x, policy="bool", trace_through=["attn"], leaf_modules=["attn"])
+        assert [n.target for n in both.graph.nodes if n.op == "call_module"] == ["attn"]
+
+    def test_tracer_class(self):
+        """tracer_class= traces with a SpecTracer subclass; records and guards stay trace()'s."""
+        model = nn.Sequential(SplitCat(), SignBranch())
+        x = torch.rand(1, 4, 2, 2) + 0.5
+        gm = specfx.trace(model, x, policy=Policy(iter=True, bool=True), tracer_class=KeepSplitCatWhole)
+        assert [n.target for n in gm.graph.nodes if n.op == "call_module"] == ["0"]
+        assert [str(s.kind) for s in gm.specializations] == ["bool"]
+        assert torch.equal(gm(x), model(x))
+        with pytest.raises(specfx.GuardError):
+            gm(-x)
+
+    @pytest.mark.parametrize("kwargs, match", [
+        ({"tracer_class": torch.fx.Tracer}, "tracer_class= takes a subclass of specfx.SpecTracer"),
+        ({"trace_through": [3]}, "trace_through= takes nn.Module subclasses"),
+    ])
+    def test_bad_arguments(self, kwargs, match):
+        """A tracer class that is not a SpecTracer, or a non-module in trace_through, is a TypeError."""
+        with pytest.raises(TypeError, match=match):
+            specfx.trace(SplitCat(), torch.randn(1, 4, 2, 2), **kwargs)
