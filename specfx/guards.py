@@ -27,6 +27,7 @@ import enum
 import functools
 import math
 import operator
+import sys
 from typing import Any, Callable, Mapping, NoReturn, TypeVar
 
 import torch
@@ -114,12 +115,37 @@ def _guard(check: _G) -> _G:
 
     @functools.wraps(check)
     def guard(value: Any, *args: Any) -> Any:
-        if isinstance(value, Proxy):
+        if isinstance(value, Proxy) or _is_foreign_proxy(value):
             return value.tracer.create_proxy("call_function", guard, (value, *args), {})
         return check(value, *args)
 
     guard.__module__ = "specfx"
     return has_side_effect(guard)  # type: ignore[return-value]
+
+
+def _is_foreign_proxy(value: Any) -> bool:
+    """A proxy of an FX copy other than torch.fx's (Brevitas vendors one, with its own
+    Proxy and Node classes): it has a node and a tracer that records calls. Re-tracing
+    a graph with such a tracer must record the guard, not run it on the proxy. The
+    first time a copy is seen, the guards join its side-effectful functions as they
+    joined torch.fx's, so that copy's dead-code elimination keeps them too."""
+    if isinstance(value, torch.Tensor):  # the common case at run time: one cheap check
+        return False
+    state = getattr(value, "__dict__", None)  # not getattr(value, "tracer"): proxies record attribute reads
+    if not isinstance(state, dict) or "node" not in state or "tracer" not in state:
+        return False
+    if not callable(getattr(state["tracer"], "create_proxy", None)):
+        return False
+    _register_side_effects(type(state["node"]).__module__)
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def _register_side_effects(node_module: str) -> None:
+    # FX copies keep torch.fx's module-level set that Node.is_impure consults
+    side_effectful = getattr(sys.modules.get(node_module), "_side_effectful_functions", None)
+    if isinstance(side_effectful, set):
+        side_effectful.update(GUARDS.values())
 
 
 def _fail(
