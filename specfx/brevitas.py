@@ -69,7 +69,7 @@ def to_brevitas_graph(gm: torch.fx.GraphModule) -> Any:
     >>> type(graph).__module__, graph(torch.arange(4.0)).tolist()
     ('brevitas.backport.fx.graph_module', [2.0, 3.0, 0.0, 1.0])
     >>> [s.guard_description for s in copy.deepcopy(graph).specializations]
-    ['len(chunk) == 2']
+    ['len(torch.chunk(x, 2)) == 2']
     """
     if isinstance(gm, BrevitasGraphModule):
         return gm

@@ -134,7 +134,7 @@ class TestRecipe:
         assert guard_targets(quantized) == ["guard_len"]
         x = torch.randn(3, 4, 5, 5)
         assert sqnr(model(x), quantized(x)) > SQNR_DB
-        with pytest.raises(GuardError, match=r"len\(split\) == 2.*len\(split\) == 3"):
+        with pytest.raises(GuardError, match=r"len\(x\) == 2.*len\(x\) == 3"):
             quantized(torch.randn(1, 6, 5, 5))
 
     def test_seed_error_and_guard(self, seed):
@@ -147,7 +147,7 @@ class TestRecipe:
         assert guard_targets(quantized) == ["guard_len"]
         quantized = copy.deepcopy(quantized)
         quantized.stem = nn.Conv2d(3, 6, 3, padding=1)  # the split now gives 3 chunks
-        with pytest.raises(GuardError, match=r"len\(split\) == 2"):
+        with pytest.raises(GuardError, match=r"len\(x\) == 2"):
             quantized(x)
 
     def test_branch_error_and_guard(self, gated):
@@ -216,7 +216,7 @@ class TestRecipe:
         x = torch.randn(2, 3, 8, 8)
         with torch.no_grad():
             assert sqnr(model(x), quantized(x)) > SQNR_DB
-        with pytest.raises(GuardError, match=r"conv.size\(0\) == 2.*conv.size\(0\) == 3"):
+        with pytest.raises(GuardError, match=r"x.size\(0\) == 2.*x.size\(0\) == 3"):
             quantized(torch.randn(3, 3, 8, 8))
 
 
