@@ -5,8 +5,8 @@ The models live in this file so that source locations point here, as they
 would point into a user's model file.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: torch.fx prints real annotations as written
+# (`x : torch.Tensor`), string ones mangled (`_torch_Tensor_`), on the demo's first screen.
 from typing import Callable
 
 import torch

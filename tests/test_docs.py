@@ -50,6 +50,13 @@ def test_api_reference_is_current():
     assert (ROOT / "docs" / "api.md").read_text() == generator["render"](), "run python tools/gen_api.py"
 
 
+def test_comparison_is_measured():
+    """docs/comparison.md's table is what tools/compare.py measures today."""
+    from tools import compare
+
+    assert compare.main(["--check"]) == 0, "run python -m tools.compare and paste its table"
+
+
 class TestReadme:
     def test_readme_example(self, capsys):
         """The README example runs; its last line raises the GuardError it promises."""
