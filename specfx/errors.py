@@ -173,8 +173,8 @@ class GuardError(SpecfxError, RuntimeError):
     graph never returns a result computed under a broken assumption.
 
     The pieces are attributes: ``expression`` (what was read, in the user's
-    terms, e.g. ``len(parts)``), ``kind`` (which kind of decision, as in
-    :attr:`Specialization.kind`), ``expected`` (the traced value), ``actual``
+    terms, e.g. ``len(parts)``), ``kind`` (the :class:`~specfx.guards.GuardKind`
+    of the check that failed; every length check reads ``len``), ``expected`` (the traced value), ``actual``
     (this input's value) and ``location`` (``"file:line: source"`` of the
     decision; ``where`` is the same string).
 

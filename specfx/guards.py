@@ -28,7 +28,7 @@ import functools
 import math
 import operator
 import sys
-from typing import Any, Callable, Mapping, NoReturn, TypeVar
+from typing import Any, Callable, Dict, Mapping, NoReturn, TypeVar
 
 import torch
 from torch.fx.node import has_side_effect
@@ -117,7 +117,12 @@ def _guard(check: _G) -> _G:
     def guard(value: Any, *args: Any) -> Any:
         if isinstance(value, Proxy) or _is_foreign_proxy(value):
             return value.tracer.create_proxy("call_function", guard, (value, *args), {})
-        return check(value, *args)
+        try:
+            return check(value, *args)
+        except GuardError as error:  # name the check that failed (a length check reads as `len`)
+            if error.kind is None:
+                error.kind = _KIND_OF_GUARD.get(guard)
+            raise
 
     guard.__module__ = "specfx"
     return has_side_effect(guard)  # type: ignore[return-value]
@@ -404,3 +409,5 @@ GUARDS: Mapping[GuardKind, Callable[..., None]] = {
     GuardKind.GRAD_ENABLED: guard_grad_enabled,
 }
 GUARD_FUNCTIONS: frozenset = frozenset(GUARDS.values())
+# guard function -> the kind its GuardErrors carry (the last kind using it: guard_len -> LEN)
+_KIND_OF_GUARD: Dict[Callable[..., None], GuardKind] = {guard: kind for kind, guard in GUARDS.items()}

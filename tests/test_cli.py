@@ -169,6 +169,7 @@ class TestCommands:
             (["trace", "tests.test_cli:not_a_factory"], "not an nn.Module; pass --function"),
             (["trace", "tests.models:SplitCat", "--input", "foo(1)"], "foo() is not one of randn"),
             (["trace", "tests.models:SplitCat", "--input", "randn(x)"], "arguments must be literals"),
+            (["trace", "tests.models:SplitCat", "--input", "randn(2, **{})"], "arguments must be literals"),
             (["trace", "tests.models:SplitCat", "--kwarg", "oops"], "must look like name=VALUE"),
             (["trace", "tests.models:SplitCat", "--check", "-1"], "--check takes a count >= 0"),
         ],

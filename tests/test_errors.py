@@ -117,6 +117,7 @@ class TestGuardError:
         )
         error = caught.value
         assert (error.expression, error.expected, error.actual) == ("len(x)", 2, 3)
+        assert error.kind is specfx.guards.GuardKind.LEN
         assert error.location == f"{MODELS_FILE}:{SEED_LINE}: return self.call_cat(*x)"
 
     def test_wrong_input_type_is_a_guard_error(self):
@@ -306,3 +307,17 @@ class TestDocsPointers:
                 continue
             (test,) = finder.find(cls, cls.__name__)
             assert len(test.examples) >= 2, cls.__name__
+
+
+class TestGuardErrorKind:
+    @pytest.mark.parametrize("model, example, other, kind", [
+        (lambda x: x * 2 if x.sum() > 0 else x, torch.ones(2), -torch.ones(2), "bool"),
+        (lambda x: x.new_zeros(int(x.sum())), torch.ones(2), torch.ones(3), "int"),
+        (lambda x: x.reshape(x.shape[0] * x.shape[1]), torch.ones(2, 3), torch.ones(2, 4), "size"),
+    ])
+    def test_kind_names_the_failed_check(self, model, example, other, kind):
+        """A guard failure carries the kind of the check that failed."""
+        gm = specfx.trace(model, example, policy="all")
+        with pytest.raises(GuardError) as caught:
+            gm(other)
+        assert caught.value.kind == kind
