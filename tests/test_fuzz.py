@@ -1,12 +1,12 @@
 """Differential fuzzing: specfx graphs of random programs against eager PyTorch.
 
 Programs, policies, examples and fresh inputs come from ``tools/fuzzgen.py``
-(imported by putting ``tools/`` on ``sys.path``; ``tools`` is not a package),
+(``from tools import fuzzgen``: see ``tools/__init__.py``),
 driven by hypothesis draws so that a failure shrinks to a small program; the
 failing program's source and policy are attached as hypothesis notes. The
 generator's instrumented twin of each program reports what the program needs
 and what a specializing tracer bakes in (see the fuzzgen docstring); the
-properties below are checked against that. ``python tools/fuzz.py`` runs the
+properties below are checked against that. ``python -m tools.fuzz`` runs the
 same checks on thousands of programs, next to ``torch.jit.trace``.
 """
 
@@ -17,9 +17,7 @@ import copy
 import dataclasses
 import io
 import json
-import os
 import pickle
-import sys
 from contextlib import redirect_stdout
 from typing import Any, Sequence
 
@@ -31,9 +29,7 @@ from hypothesis import strategies as st
 import specfx
 from specfx import GuardError, SpecializationError
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-import fuzz
-import fuzzgen
+from tools import fuzz, fuzzgen
 
 FUZZ = settings(max_examples=120, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

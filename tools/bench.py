@@ -3,11 +3,11 @@ make_fx (real and symbolic) and torch.export, in one process, on the README's
 seed example, a ResNet-50-like CNN, a 12-layer BERT-like encoder and a chain
 of N = 10 ... 10000 ops (blocks with a guarded unpack each, for scaling).
 
-    python tools/bench.py                # full run (under 5 minutes on 2 cores)
-    python tools/bench.py --quick        # smoke run (under a minute)
-    python tools/bench.py --json         # the same results as JSON on stdout
-    python tools/bench.py --write-docs   # also write docs/benchmarks.md
-    python tools/bench.py --profile      # cProfile of specfx.trace on bert12 and chain-10000
+    python -m tools.bench                # full run (under 5 minutes on 2 cores)
+    python -m tools.bench --quick        # smoke run (under a minute)
+    python -m tools.bench --json         # the same results as JSON on stdout
+    python -m tools.bench --write-docs   # also write docs/benchmarks.md
+    python -m tools.bench --profile      # cProfile of specfx.trace on bert12 and chain-10000
 
 Method: every contender is warmed up; then each round calls every contender
 once, in an order rotated per round, with ``gc.collect()`` (of what the calls
@@ -54,9 +54,9 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import specfx
-from guard_overhead import guard_calls_ms
-from specializer_bench import prologue_cost
-from bench_models import BertLike, Chain, ResidualNormBlocks, ResNetLike, TestModule, sequential_mlp_blocks
+from tools.bench_models import BertLike, Chain, ResidualNormBlocks, ResNetLike, TestModule, sequential_mlp_blocks
+from tools.guard_overhead import guard_calls_ms
+from tools.specializer_bench import prologue_cost
 from specfx import Policy, Specialize
 
 DOCS_PATH = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
@@ -742,7 +742,7 @@ def main(argv: Sequence[str]) -> int:
     results = run(settings, log=lambda message: print(message, file=sys.stderr, flush=True))
     text = render(results)
     if args.write_docs:
-        write_docs(text, "python tools/bench.py" + (" --quick" if args.quick else "") + " --write-docs")
+        write_docs(text, "python -m tools.bench" + (" --quick" if args.quick else "") + " --write-docs")
     print(json.dumps(results, indent=2) if args.json else text)
     return 0
 

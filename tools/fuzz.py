@@ -2,9 +2,9 @@
 
 Usage::
 
-    python tools/fuzz.py --n 2000 --seed 0          # counts as a table
-    python tools/fuzz.py --n 2000 --seed 0 --json   # counts (and failing cases) as JSON
-    python tools/fuzz.py --seed 0 --only 17         # print program 17 of seed 0 and its counts
+    python -m tools.fuzz --n 2000 --seed 0          # counts as a table
+    python -m tools.fuzz --n 2000 --seed 0 --json   # counts (and failing cases) as JSON
+    python -m tools.fuzz --seed 0 --only 17         # print program 17 of seed 0 and its counts
 
 Each program (``tools/fuzzgen.py``) is traced with its random policy on one
 example. When specfx refuses (``SpecializationError``) the policy is widened
@@ -48,11 +48,9 @@ from typing import Any, Counter, Dict, List, Optional, Tuple
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fuzzgen
-
 import specfx
 from specfx import GuardError, SpecializationError
+from tools import fuzzgen
 
 CHUNK = 50  # programs per worker process
 GUARD_OF_KIND = {

@@ -18,7 +18,7 @@ It is rendered as Python source twice:
   (``Facet``: the length, truth value, shape or number and the clean source
   line it comes from).
 
-The probe is an independent model of the contract in ``/work/shared/API.md``:
+The probe is an independent model of the public API contract (the project's API.md):
 each flag is decided by the innermost policy layer that names it (trace
 policy, then per submodule entered its best-matching ``scopes`` pattern --
 fewest wildcards, then longest -- and its ``@specialize``, then ``with``
@@ -37,9 +37,8 @@ rank, dtype and contiguity around the example, so many inputs break guards.
 
 Randomness comes from a *chooser* (``integer``/``choice``/``chance``):
 :class:`RandomChooser` for ``tools/fuzz.py``, a hypothesis-backed one in
-``tests/test_fuzz.py`` (so failures shrink). Import this module by putting
-``tools/`` on ``sys.path`` (``tools`` is not a package); it needs only torch
-and specfx.
+``tests/test_fuzz.py`` (so failures shrink). Import it as ``tools.fuzzgen``
+(see ``tools/__init__.py``); it needs only torch and specfx.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ line of its error and where in the test file it was raised.
 
 Usage::
 
-    python tools/fx_compat.py /path/to/test_fx.py             # TestFX under specfx
-    python tools/fx_compat.py /path/to/test_fx.py --baseline  # stock torch.fx, for comparison
-    python tools/fx_compat.py /path/to/test_fx.py -k pickle -v  # only tests whose name contains
+    python -m tools.fx_compat /path/to/test_fx.py             # TestFX under specfx
+    python -m tools.fx_compat /path/to/test_fx.py --baseline  # stock torch.fx, for comparison
+    python -m tools.fx_compat /path/to/test_fx.py -k pickle -v  # only tests whose name contains
                                                               # "pickle", with full tracebacks
 
 The test file is not part of this repository: take ``test/test_fx.py`` of the

@@ -3,7 +3,7 @@
 model's forward (so the two threads do not compete for the GIL), against the same
 loop with no trace running.
 
-    PYTHONPATH=. python tools/thread_overhead.py
+    python -m tools.thread_overhead
 """
 
 from __future__ import annotations
