@@ -97,3 +97,27 @@ class TestStaticTypes:
         assert notes[:2] == ['Revealed type is "def (x: Any, n: int =) -> Any"', 'Revealed type is "user_code.Block"']
         assert re.fullmatch(r'Revealed type is "tuple\[specfx\.[\w.]+\.Specialization, \.\.\.\]"', notes[2])
         assert notes[3:] == ['Argument 2 to "f" has incompatible type "str"; expected "int"  [arg-type]']
+
+
+# built so that this file does not contain them itself
+MACHINE_PATHS = [b"/" + name + b"/" for name in (b"work", b"root", b"tmp", b"home")]
+
+
+class TestTree:
+    def test_no_machine_specific_paths(self):
+        """No file of the checkout (text or pickle) names a path of the machine it was made on."""
+        import os
+        import pathlib
+
+        root = pathlib.Path(__file__).resolve().parent.parent
+        skip = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".hypothesis", ".pytest_cache"}
+        offenders = []
+        for folder, subfolders, files in os.walk(root):
+            subfolders[:] = [d for d in subfolders if d not in skip and not d.endswith(".egg-info")]
+            for name in files:
+                if name in skip:  # a worktree's .git is a file naming the main checkout
+                    continue
+                data = (pathlib.Path(folder) / name).read_bytes()
+                offenders += [f"{os.path.relpath(folder, root)}/{name}: {marker.decode()}"
+                              for marker in MACHINE_PATHS if marker in data]
+        assert offenders == []

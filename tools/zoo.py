@@ -1340,7 +1340,7 @@ def _run_isolated(case: Case, timeout: float) -> Dict[str, Any]:
 
 
 def _short_path(path: str) -> str:
-    for marker in ("site-packages/", "/work/main/"):
+    for marker in ("site-packages/", os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/"):
         if marker in path:
             return path.split(marker, 1)[1]
     return path
