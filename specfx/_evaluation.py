@@ -15,7 +15,7 @@ from torch.fx import _symbolic_trace
 from torch.fx.node import map_aggregate
 from torch.fx.proxy import Proxy
 
-from ._values import MISSING, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, state_of, value_of
+from ._values import MISSING, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, builtin_isinstance, state_of, value_of
 
 try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch version lacks it
     from torch.fx.passes.shape_prop import _extract_tensor_metadata
@@ -58,7 +58,7 @@ def concrete_values(
 
     def concrete(a: Any) -> Any:
         nonlocal missing
-        if isinstance(a, Proxy):
+        if builtin_isinstance(a, Proxy):  # (the patched isinstance would check who is asking)
             value = value_of(a)
             if value is MISSING:
                 missing = True
@@ -133,7 +133,7 @@ def proxies_in(args: Sequence[Any], kwargs: Dict[str, Any]) -> Iterator[ValuePro
     found: list[ValueProxy] = []
 
     def collect(a: Any) -> Any:
-        if isinstance(a, ValueProxy):
+        if builtin_isinstance(a, ValueProxy):
             found.append(a)
         return a
 

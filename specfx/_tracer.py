@@ -151,13 +151,7 @@ class SpecTracer(torch.fx.Tracer):
             token = fresh_layers()
             self._concrete_names = frozenset(concrete_args or ())
             try:
-                with _patches.tracing():
-                    # With values, Python-level isinstance() answers as a proxy's value does, in
-                    # model code and library helpers alike (transformers checks `isinstance(mask,
-                    # torch.Tensor)` in its mask utilities). C code keeps the real answer: a Proxy
-                    # is never taken for a tensor there. Other threads keep the previous isinstance.
-                    if self.examples is not None:
-                        _patches.patch(builtins, "isinstance", traced_isinstance)
+                with _patches.tracing():  # (isinstance is patched in create_args_for_root)
                     _patches.confine_fx_tracing_flag()
                     return super().trace(root, concrete_args)
             finally:
@@ -232,7 +226,7 @@ class SpecTracer(torch.fx.Tracer):
     def create_arg(self, a: Any) -> Any:
         """Called to turn arguments into graph arguments; a proxy is its node
         (checked first: a proxy answers ``isinstance`` as its value does)."""
-        if isinstance(a, Proxy):
+        if builtin_isinstance(a, Proxy):  # (the patched isinstance would check who is asking)
             return a.node
         if type(a) in _PLAIN_ARGUMENT_TYPES:  # torch.fx's Tracer checks these slowly, for nothing
             return a
@@ -245,6 +239,13 @@ class SpecTracer(torch.fx.Tracer):
         put_varargs_before_keyword_only(self.graph, root_fn)
         if self.examples is None:
             return fn, args
+        # With values, Python-level isinstance() answers as a proxy's value does, in model
+        # code and library helpers alike (transformers checks `isinstance(mask, torch.Tensor)`
+        # in its mask utilities). C code keeps the real answer: a Proxy is never taken for a
+        # tensor there. Other threads keep the previous isinstance. Patched here, when the first
+        # proxies exist, not when trace() starts: torch.fx first walks every module's attributes
+        # (collect_tensor_attrs), a quarter of a trace's isinstance calls.
+        _patches.patch(builtins, "isinstance", traced_isinstance, only_for=(ValueProxy,))
         where = definition_line(root_fn)
         new_args = []
         for arg in args:
