@@ -70,15 +70,20 @@ def concrete_values(
     return None if missing else (values, kw_values)
 
 
-def run_op(root: torch.nn.Module, kind: str, target: Any, values: Any, kw_values: Any, state: StateView) -> Any:
+def run_op(
+    root: torch.nn.Module, kind: str, target: Any, values: Any, kw_values: Any, state: StateView,
+    submodule: Optional[Callable[[str], torch.nn.Module]] = None,
+) -> Any:
     """Run one node's op eagerly, on the trace's private copies of whatever of the
-    model's state it may write to (``state``): the user's tensors are never written."""
+    model's state it may write to (``state``): the user's tensors are never written.
+    ``submodule(name)`` finds a module by qualified name (default ``root.get_submodule``)."""
+    get_submodule = root.get_submodule if submodule is None else submodule
     fx_flag = _symbolic_trace._is_fx_tracing_flag
     _symbolic_trace._is_fx_tracing_flag = False  # leaves that ask "am I traced?" run as in eager
     try:
         if kind == "get_attr":
             owner, _, name = target.rpartition(".")
-            module = root.get_submodule(owner) if owner else root
+            module = get_submodule(owner) if owner else root
             return state.read(getattr(module, name), is_buffer=name not in module._parameters)
         if kind == "call_function":
             if values and (target in INPLACE_FUNCTIONS or getattr(target, "__name__", "").endswith("_")):
@@ -89,7 +94,7 @@ def run_op(root: torch.nn.Module, kind: str, target: Any, values: Any, kw_values
                 values = (state.writable(values[0]), *values[1:])
             return getattr(values[0], target)(*values[1:], **kw_values)
         if kind == "call_module":
-            module = root.get_submodule(target)
+            module = get_submodule(target)
             # user-defined leaves may write their parameters: they run on copies of them too
             user_defined = not type(module).__module__.startswith(("torch.nn", "torch.ao.nn"))
             return state.module(module, copy_parameters=user_defined)(*values, **kw_values)
@@ -110,6 +115,8 @@ def provenance(
     """``(from_shapes, degenerate)`` of a new node's value: computed from shapes only
     (int() of it is a SHAPES decision), and read from a size-0/1 dimension
     (decisions on it are degenerate)."""
+    if kind not in ("call_function", "call_method"):  # module calls and attributes: neither
+        return False, False
     shape_read = (kind == "call_method" and target in SHAPE_METHODS) or (
         target is getattr and len(args) > 1 and args[1] in SHAPE_ATTRIBUTES
     )

@@ -126,6 +126,7 @@ class SpecTracer(torch.fx.Tracer):
         self.decisions = Decider(self, guards)
         self.state: StateView = NO_STATE  # the trace's private copies of the model's tensors
         self._module_path: list[str] = []
+        self._entered: Optional[Tuple[str, torch.nn.Module]] = None  # the module call_module saw last
         self._evaluating = 0
         self._state_names: Optional[Dict[int, str]] = None  # id of a parameter/buffer -> qualified name
         self._base_layer = Layer(self.policy, f"trace(policy={self.policy!r})")
@@ -190,6 +191,7 @@ class SpecTracer(torch.fx.Tracer):
             push_layer(Layer(match[1], f"scopes[{match[0]!r}] (module {qualname})")) if match else None
         )
         self._module_path.append(qualname)
+        self._entered = (qualname, m)  # a leaf's value is computed with m itself, not found by name
         try:
             result = super().call_module(m, forward, args, kwargs)
             if type(result) is ValueProxy and result.node.op == "call_module" and value_of(result) is None:
@@ -304,11 +306,19 @@ class SpecTracer(torch.fx.Tracer):
             return MISSING
         self._evaluating += 1
         try:
-            return run_op(self.root, kind, target, values[0], values[1], self.state)
+            return run_op(self.root, kind, target, values[0], values[1], self.state, self._submodule)
         except Unevaluable:
             return MISSING
         finally:
             self._evaluating -= 1
+
+    def _submodule(self, qualname: str) -> torch.nn.Module:
+        # root.get_submodule walks the path through nn.Module.__getattr__, which torch.fx
+        # patches while tracing: 6 patched reads for a leaf at depth 3, for every leaf call.
+        entered = self._entered
+        if entered is not None and entered[0] == qualname:
+            return entered[1]
+        return self.root.get_submodule(qualname)
 
     # -- decisions -------------------------------------------------------------------------
 
