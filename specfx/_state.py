@@ -28,6 +28,7 @@ import collections
 import contextlib
 import copy
 import dataclasses
+import operator
 import random
 import sys
 import types
@@ -412,7 +413,9 @@ def _updates_in_place(value: Any, qualified: str) -> bool:
 def _restore_table(live: Dict[str, Any], saved: Dict[str, Any]) -> List[Tuple[str, Any]]:
     """Make ``live`` hold exactly the objects ``saved`` held (by identity); return
     the (key, proxy) pairs that had been bound to traced values."""
-    if live.keys() == saved.keys() and all(live[k] is v for k, v in saved.items()):
+    # Unchanged (the common case, four tables per module): the same keys in the same order
+    # bound to the same objects, compared in C; a reordered table takes the slow path below.
+    if list(live) == list(saved) and all(map(operator.is_, live.values(), saved.values())):
         return []
     traced = [(k, v) for k, v in live.items() if isinstance(v, torch.fx.Proxy) and saved.get(k) is not v]
     # Key by key, never clear(): other threads may be running this module meanwhile.
