@@ -17,6 +17,7 @@ from .guards import (  # noqa: F401 - generated graph code imports the guards fr
     guard_dtype,
     guard_float,
     guard_grad_enabled,
+    guard_has_attr,
     guard_index,
     guard_int,
     guard_is_none,

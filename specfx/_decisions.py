@@ -153,13 +153,13 @@ class Decider:
         granted = decision.flag is Specialize.NONE or decision.flag in resolved.flags
         subject = decision.subject
         if not granted and not decision.by_parameters:
-            raise _messages.denied_error(
+            self._tracer.refuse(_messages.denied_error(
                 decision.operation, decision.flag, decision.value, location, resolved, module_path,
                 decision.fix, decision.kind, self.describe.depends_on(subject.node),
-            )
+            ))
         if decision.needs_data and _is_meta(value_of(subject)):
-            raise _messages.meta_error(decision.operation, decision.flag, location,
-                                       self.describe.name(subject.node), decision.kind)
+            self._tracer.refuse(_messages.meta_error(decision.operation, decision.flag, location,
+                                                     self.describe.name(subject.node), decision.kind))
         key = decision.key or (subject.node, decision.kind, decision.expected[:-1])
         key = (*key, _stamp(value_of(subject)))
         if key in self._decided:

@@ -15,7 +15,7 @@ from typing import Any, Dict, Mapping, Tuple
 import torch
 from torch.fx.node import Node
 
-__all__ = ["Describer", "depends_on_text"]
+__all__ = ["Describer", "depends_on_text", "is_input_path"]
 
 _NO_NAMES: Mapping[Node, str] = MappingProxyType({})
 _LIMIT = 60  # longer expressions elide their inner parts
@@ -111,7 +111,7 @@ class Describer:
             if current in known:
                 stack.pop()
                 continue
-            if _is_input_path(current):
+            if is_input_path(current):
                 known[current] = (self.name(current),)
                 stack.pop()
                 continue
@@ -125,7 +125,7 @@ class Describer:
         return known[node]
 
 
-def _is_input_path(node: Node) -> bool:
+def is_input_path(node: Node) -> bool:
     """An input, or a constant-key element of one (``xs[1]``, ``kwargs['mask']``)."""
     while node.op == "call_function" and node.target is operator.getitem and not isinstance(node.args[1], Node):
         if not isinstance(node.args[1], (int, str)):

@@ -109,6 +109,13 @@ def run_op(
         _symbolic_trace._is_fx_tracing_flag = fx_flag
 
 
+_RANDOM = frozenset({
+    torch.rand, torch.randn, torch.randint, torch.randperm, torch.rand_like, torch.randn_like,
+    torch.randint_like, torch.bernoulli, torch.multinomial, torch.normal, torch.poisson,
+    "random_", "uniform_", "normal_", "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_",
+})
+
+
 def provenance(
     kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], value: Any
 ) -> Tuple[bool, bool]:
@@ -121,6 +128,8 @@ def provenance(
         target is getattr and len(args) > 1 and args[1] in SHAPE_ATTRIBUTES
     )
     inputs = list(proxies_in(args, kwargs))
+    if target in _RANDOM:  # random data of a shape-derived size is data, not a shape
+        return False, False
     derived = kind in ("call_function", "call_method") and bool(inputs) and all(
         state_of(a).from_shapes for a in inputs
     )

@@ -130,3 +130,17 @@ def meta_error(
     return _error_class(kind)(
         message, operation=operation, flag=flag, value=None, location=str(location) if location else None
     )
+
+
+def caught_error(operation: str, error: BaseException, location: Optional[SourceLocation]) -> SpecializationError:
+    """The error for an op that raised while tracing and whose exception model code caught."""
+    message = (
+        f"`{operation}` raised {type(error).__name__} ({short_repr(str(error), 80)}) on the example "
+        f"inputs and the model code caught it, so the trace took the code's fallback: the graph "
+        f"would keep that fallback even for inputs on which `{operation}` does not raise.\n"
+        f"Fix: trace with example inputs on which it does not raise, or move the try/except out of "
+        f"the traced code (into a leaf module, or around the call of the traced graph)."
+        f"{_where(location)}"
+    )
+    return SpecializationError(message, operation=operation, flag=None, value=None,
+                               location=str(location) if location else None)

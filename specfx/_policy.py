@@ -230,9 +230,11 @@ class Policy:
         match = _match_scope(self._scopes, qualified_name)
         return match[1] if match else None
 
-    def scope_match(self, qualified_name: str) -> Optional[Tuple[str, "Policy"]]:
-        """``(pattern, policy)`` of :meth:`scope_for`, or None."""
-        return _match_scope(self._scopes, qualified_name)
+    def scope_match(self, *qualified_names: str) -> Optional[Tuple[str, "Policy"]]:
+        """``(pattern, policy)`` of :meth:`scope_for`, or None; given several names (a
+        submodule registered twice), the most specific pattern matching any of them."""
+        matches = [m for m in (_match_scope(self._scopes, name) for name in qualified_names) if m is not None]
+        return max(matches, key=lambda item: _specificity(item[0])) if matches else None
 
     def __or__(self, other: object) -> "Policy":
         if isinstance(other, Specialize):

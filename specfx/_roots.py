@@ -9,8 +9,47 @@ from typing import Any, Callable, Optional
 import torch.fx
 
 from ._source import SourceLocation
+from .errors import SpecializationError
 
-__all__ = ["definition_line", "put_varargs_before_keyword_only"]
+__all__ = ["definition_line", "optional_parameters", "put_varargs_before_keyword_only", "with_root_hooks"]
+
+
+def with_root_hooks(
+    fn: Callable[..., Any], root: torch.nn.Module, refuse: Callable[[BaseException], Any]
+) -> Callable[..., Any]:
+    """``fn`` (the root's forward, as torch.fx calls it) with the root's forward pre-hooks
+    and hooks around it, as ``root(...)`` runs them: torch.fx traces ``forward`` alone."""
+    pre_hooks, hooks = list(root._forward_pre_hooks.values()), list(root._forward_hooks.values())
+    if not pre_hooks and not hooks:
+        return fn
+    if root._forward_pre_hooks_with_kwargs or root._forward_hooks_with_kwargs:
+        refuse(SpecializationError(
+            f"{type(root).__name__} has forward hooks registered with with_kwargs=True, which specfx "
+            f"does not trace.\nFix: trace a module whose forward calls this one (its hooks then run "
+            f"inside the trace), or remove those hooks before tracing.", operation="forward hooks"))
+
+    def hooked(module: Any, *args: Any) -> Any:
+        for hook in pre_hooks:
+            result = hook(root, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+        output = fn(module, *args)
+        for hook in hooks:
+            result = hook(root, args, output)
+            if result is not None:
+                output = result
+        return output
+
+    return hooked
+
+
+def optional_parameters(fn: Callable[..., Any]) -> frozenset:
+    """The names of ``fn``'s parameters whose default is None (the caller may pass None)."""
+    try:
+        parameters = inspect.signature(inspect.unwrap(fn)).parameters.values()
+    except (TypeError, ValueError):
+        return frozenset()
+    return frozenset(p.name for p in parameters if p.default is None)
 
 
 def definition_line(fn: Callable[..., Any]) -> Optional[SourceLocation]:

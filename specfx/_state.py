@@ -48,8 +48,12 @@ __all__ = ["NO_STATE", "StateKeeper", "TraceState", "clone_example", "preserved_
 
 def _clone_tensor(tensor: torch.Tensor) -> torch.Tensor:
     copy_ = tensor.detach().clone()
-    if tensor.requires_grad:  # only float/complex tensors can require grad, so this is valid
+    if isinstance(tensor, torch.nn.Parameter):  # (sound) the code may ask isinstance(x, nn.Parameter)
+        copy_ = torch.nn.Parameter(copy_, requires_grad=tensor.requires_grad)
+    elif tensor.requires_grad:  # only float/complex tensors can require grad, so this is valid
         copy_.requires_grad_(True)
+    if tensor.__dict__:  # (sound) Python attributes the code reads (`getattr(x, "scale", 1.0)`)
+        copy_.__dict__.update(tensor.__dict__)
     return copy_
 
 

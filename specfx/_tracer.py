@@ -22,19 +22,21 @@ import operator
 import sys
 import threading
 import types
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, NoReturn, Optional, Tuple
 
 import torch
 import torch.fx
 from torch.fx.node import Node
 from torch.fx.proxy import Proxy
 
-from . import _messages, _patches
+from . import _ambient, _messages, _patches
 from ._bytecode import constant_subscript_next, unpack_count
 from ._decisions import Decider, Decision, Specialization
+from ._describe import is_input_path
 from ._evaluation import StateView, Unevaluable, concrete_values, provenance, proxies_in, run_op, tensor_meta
+from ._factories import record_factories
 from ._policy import Layer, Policy, Resolved, Specialize, resolve
-from ._roots import definition_line, put_varargs_before_keyword_only
+from ._roots import definition_line, optional_parameters, put_varargs_before_keyword_only, with_root_hooks
 from ._scope import annotations_active, current_layers, fresh_layers, push_layer, reset_layers
 from ._source import SourceLocation, user_frame, user_location
 from ._state import NO_STATE
@@ -52,7 +54,7 @@ from ._values import (
     traced_isinstance,
     value_of,
 )
-from .guards import GuardKind
+from .guards import GuardKind, type_name
 
 __all__ = ["TRACE_LOCK", "SpecTracer"]
 
@@ -128,8 +130,12 @@ class SpecTracer(torch.fx.Tracer):
         self._module_path: list[str] = []
         self._entered: Optional[Tuple[str, torch.nn.Module]] = None  # the module call_module saw last
         self._evaluating = 0
+        self._module_names: Optional[Dict[int, list[str]]] = None  # id of a submodule -> all its names
         self._state_names: Optional[Dict[int, str]] = None  # id of a parameter/buffer -> qualified name
         self._base_layer = Layer(self.policy, f"trace(policy={self.policy!r})")
+        # Refusals and failed ops the model code may catch: with examples, the trace fails anyway.
+        self._refusals: list[BaseException] = []
+        self._failed_ops: list[Tuple[BaseException, str, Optional[SourceLocation]]] = []
         self._concrete_names: frozenset = frozenset()
 
     @property
@@ -154,15 +160,40 @@ class SpecTracer(torch.fx.Tracer):
             try:
                 with _patches.tracing():  # (isinstance is patched in create_args_for_root)
                     _patches.confine_fx_tracing_flag()
-                    return super().trace(root, concrete_args)
+                    if self.examples is not None:
+                        _ambient.install(self)
+                    record_factories(self)
+                    graph = super().trace(root, concrete_args)
+                    self._fail_if_caught()
+                    return graph
             finally:
                 reset_layers(token)
                 annotations_active().reset(annotations)
                 _ACTIVE_TRACER.reset(active)
 
+    def refuse(self, error: BaseException) -> NoReturn:
+        """Raise ``error`` (a refusal); with examples the trace fails even if model code catches it."""
+        if self.examples is not None:
+            self._refusals.append(error)
+        raise error
+
+    def _fail_if_caught(self) -> None:
+        """The model caught a refusal or an op's exception and went on: fail the trace (with
+        the refusal, or with the line of the op whose failure the code turned into a fallback)."""
+        if self._refusals:
+            raise self._refusals[0]
+        if self._failed_ops:
+            error, operation, location = self._failed_ops[0]
+            raise _messages.caught_error(operation, error, location)
+
     def _is_tracing(self) -> bool:
         # False in other threads (FX's patches are global) and while evaluating values.
         return self._evaluating == 0 and _ACTIVE_TRACER.get() is self
+
+    def records_factories(self) -> bool:
+        """Whether a torch factory called now is model code being traced (not code that
+        computes a value, and not another thread)."""
+        return self._is_tracing()
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         """Called for each submodule call: leaf modules become ``call_module`` nodes
@@ -186,7 +217,7 @@ class SpecTracer(torch.fx.Tracer):
         if not self._is_tracing():
             return forward(*args, **kwargs)
         qualname = self.path_of_module(m)
-        match = self.policy.scope_match(qualname)
+        match = self._scope_of(m, qualname)
         token = (
             push_layer(Layer(match[1], f"scopes[{match[0]!r}] (module {qualname})")) if match else None
         )
@@ -201,6 +232,17 @@ class SpecTracer(torch.fx.Tracer):
             self._module_path.pop()
             if token is not None:
                 reset_layers(token)
+
+    def _scope_of(self, m: torch.nn.Module, qualname: str) -> Optional[Tuple[str, Policy]]:
+        """The ``scopes`` entry for ``m``: a module registered under several names matches
+        through any of them (the most specific pattern wins)."""
+        if not self.policy.scopes:
+            return None
+        if self._module_names is None:
+            self._module_names = {}
+            for name, module in self.root.named_modules(remove_duplicate=False):
+                self._module_names.setdefault(id(module), []).append(name)
+        return self.policy.scope_match(*self._module_names.get(id(m), [qualname]))
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: Dict[str, Any]) -> Any:
         """Called for module attribute reads: parameters become ``get_attr``
@@ -248,11 +290,17 @@ class SpecTracer(torch.fx.Tracer):
         # proxies exist, not when trace() starts: torch.fx first walks every module's attributes
         # (collect_tensor_attrs), a quarter of a trace's isinstance calls.
         _patches.patch(builtins, "isinstance", traced_isinstance, only_for=(ValueProxy,))
+        if is_module:
+            fn = with_root_hooks(fn, self.root, self.refuse)
         where = definition_line(root_fn)
+        optional = optional_parameters(root_fn)
         new_args = []
         for arg in args:
-            if type(arg) is ValueProxy and arg.node.op == "placeholder" and value_of(arg) is None:
-                arg = self._none(arg, where)
+            if type(arg) is ValueProxy and arg.node.op == "placeholder":
+                if value_of(arg) is None:
+                    arg = self._none(arg, where)
+                elif arg.node.target in optional:  # `if bias is not None` must not pass a None silently
+                    self._not_none(arg, where)
             new_args.append(arg)
         return fn, new_args
 
@@ -309,6 +357,11 @@ class SpecTracer(torch.fx.Tracer):
             return run_op(self.root, kind, target, values[0], values[1], self.state, self._submodule)
         except Unevaluable:
             return MISSING
+        except Exception as error:
+            # if model code catches this and goes on, the graph would keep its fallback for
+            # inputs on which the op does not raise: remembered, so the trace fails then
+            self._failed_ops.append((error, _describe_call(kind, target), user_location()))
+            raise
         finally:
             self._evaluating -= 1
 
@@ -345,12 +398,35 @@ class SpecTracer(torch.fx.Tracer):
             return f"{self.describe(proxy.root)}.{proxy.attr}"
         return self.decisions.describe.name(proxy.node, 0, local_names)
 
+    def read_grad_mode(self, is_grad_enabled: Callable[[], bool]) -> bool:
+        """Called for ``torch.is_grad_enabled()`` in traced code: a node, and a guarded answer."""
+        proxy = self.create_proxy("call_function", is_grad_enabled, (), {})
+        mode = bool(value_of(proxy))
+        self.decide(Decision(proxy, GuardKind.GRAD_ENABLED, Specialize.NONE, mode, (mode,),
+                             "torch.is_grad_enabled()", "`torch.is_grad_enabled()`"))
+        return mode
+
+    def read_autocast(self, device_type: str) -> None:
+        """Called when traced code turns autocast off: guard that the graph runs without it."""
+        proxy = self.create_proxy("call_function", torch.is_autocast_enabled, (device_type,), {})
+        self.decide(Decision(proxy, GuardKind.VALUE, Specialize.NONE, False, (False,),
+                             f"torch.is_autocast_enabled({device_type!r})", "`torch.autocast(enabled=False)`"))
+
+    def is_tensor(self, obj: Any, is_tensor: Callable[[Any], bool]) -> bool:
+        """Called for ``torch.is_tensor(obj)`` in traced code: answered as ``isinstance``."""
+        if type(obj) is ValueProxy and value_of(obj) is not MISSING:
+            frame = user_frame()
+            if frame is not None:
+                self.note_type_read(obj, frame)
+            return builtin_isinstance(value_of(obj), torch.Tensor)
+        return is_tensor(obj)
+
     def _require_value(self, proxy: ValueProxy, operation: str, flag: Specialize, kind: str) -> Any:
         if self._evaluating:
             raise Unevaluable()
         value = value_of(proxy)
         if value is MISSING:
-            raise _messages.no_value_error(operation, flag, user_location(), self.describe(proxy), kind)
+            self.refuse(_messages.no_value_error(operation, flag, user_location(), self.describe(proxy), kind))
         return value
 
     def _none(self, proxy: ValueProxy, location: Optional[SourceLocation] = None) -> Any:
@@ -359,6 +435,12 @@ class SpecTracer(torch.fx.Tracer):
         self.decide(Decision(proxy, GuardKind.IS_NONE, Specialize.NONE, True, (True,), text, f"`{text}`",
                              location=location))
         return None
+
+    def _not_none(self, proxy: ValueProxy, location: Optional[SourceLocation] = None) -> None:
+        """An optional input (or an element of an input) that is not None: guarded to stay so."""
+        text = self.describe(proxy)
+        self.decide(Decision(proxy, GuardKind.IS_NONE, Specialize.NONE, False, (False,), text, f"`{text}`",
+                             location=location))
 
     def to_bool(self, obj: Any) -> bool:
         """Called for ``bool(proxy)`` (``if``, ``while``, ``and``/``or``/``not``, ``assert``)."""
@@ -389,7 +471,7 @@ class SpecTracer(torch.fx.Tracer):
         if value is MISSING:
             if count is not None:  # what torch.fx does: the code fixes the count
                 return (obj[i] for i in range(count))
-            raise _messages.no_value_error(f"iterating over `{text}`", Specialize.ITER_LEN, user_location(), text)
+            self.refuse(_messages.no_value_error(f"iterating over `{text}`", Specialize.ITER_LEN, user_location(), text))
         mapping = state_of(obj).mapping
         if isinstance(value, dict) or mapping is not None:
             return self._iterate_mapping(obj, value, mapping)
@@ -442,8 +524,11 @@ class SpecTracer(torch.fx.Tracer):
     def getitem(self, proxy: ValueProxy, index: Any) -> Any:
         """Called for ``proxy[index]``; an element that is ``None`` is returned as ``None`` (guarded)."""
         result = self.create_proxy("call_function", operator.getitem, (proxy, index), {})
-        if value_of(result) is None and type(result) is ValueProxy:
-            return self._none(result)
+        if type(result) is ValueProxy and value_of(result) is not MISSING:
+            if value_of(result) is None:
+                return self._none(result)
+            if type(value_of(proxy)) in (tuple, list, dict) and is_input_path(result.node):
+                self._not_none(result)  # an optional element of an input (`past[1] is not None`)
         return result
 
     def read_attribute(self, proxy: ValueProxy, name: str, attribute: Any) -> Any:
@@ -453,15 +538,39 @@ class SpecTracer(torch.fx.Tracer):
         return self._read_type(proxy, name, attribute)
 
     def _read_type(self, proxy: ValueProxy, name: str, attribute: Any) -> Any:
-        """``proxy.dtype`` / ``proxy.device`` (and ``is_floating_point()``...) follow from the
-        input types, so they are read as values, as every tracer does, and guarded (a
-        float16 input then fails loudly)."""
-        kind = GuardKind.DEVICE if name in ("device", "is_cuda", "is_meta", "get_device") else GuardKind.DTYPE
-        observed = value_of(proxy).device if kind is GuardKind.DEVICE else value_of(proxy).dtype
+        """``proxy.dtype`` / ``.device`` / ``.layout`` (and ``is_floating_point()``,
+        ``is_sparse``...) follow from the input types, so they are read as values, as every
+        tracer does, and guarded (a float16 input then fails loudly); ``requires_grad``
+        and ``is_leaf`` are read from a node and guarded."""
+        tensor = value_of(proxy)
         text = self.describe(proxy)
-        self.decide(Decision(proxy, kind, Specialize.NONE, observed, (observed,), f"{text}.{kind}",
+        if name in ("requires_grad", "is_leaf"):
+            node = self.create_proxy("call_function", getattr, (proxy, name), {})
+            self.decide(Decision(node, GuardKind.VALUE, Specialize.NONE, attribute, (attribute,), f"{text}.{name}",
+                                 f"`{text}.{name}`"))
+            return attribute
+        if name in ("layout", "is_sparse"):
+            kind, observed, expected = GuardKind.LAYOUT, tensor.layout, str(tensor.layout)
+        elif name in ("device", "is_cuda", "is_meta", "get_device"):
+            kind, observed, expected = GuardKind.DEVICE, tensor.device, tensor.device
+        else:
+            kind, observed, expected = GuardKind.DTYPE, tensor.dtype, tensor.dtype
+        self.decide(Decision(proxy, kind, Specialize.NONE, observed, (expected,), f"{text}.{kind}",
                              f"`{text}.{name}`", key=(proxy.node, kind)))
         return attribute
+
+    def none_attribute(self, proxy: ValueProxy, name: str) -> None:
+        """Called for an attribute whose value is None (``x.grad``): None in the code, guarded."""
+        return self._none(self.create_proxy("call_function", getattr, (proxy, name), {}))
+
+    def note_missing_attribute(self, proxy: ValueProxy, name: str) -> None:
+        """Called when an input lacks an attribute the code asks for (``getattr(x, "scale", 1.0)``):
+        the code's fallback is taken, so guard that inputs keep lacking it."""
+        if name.startswith("__") or self._evaluating or not is_input_path(proxy.node):
+            return
+        text = self.describe(proxy)
+        self.decide(Decision(proxy, GuardKind.HAS_ATTR, Specialize.NONE, False, (name, False),
+                             f"hasattr({text}, {name!r})", f"`{text}.{name}`"))
 
     def _read_shape(self, proxy: ValueProxy, name: str, attribute: Any, frame: types.FrameType) -> Any:
         """``proxy.shape`` / ``proxy.ndim``: ints under SHAPES, else a symbolic node."""
@@ -526,14 +635,22 @@ class SpecTracer(torch.fx.Tracer):
     def note_type_read(self, proxy: ValueProxy, frame: types.FrameType) -> None:
         """Called when user code (``frame``; traced_isinstance checked it is user code) asks
         ``isinstance`` of an input tensor: guard that it stays one."""
-        if (type(proxy) is not ValueProxy or proxy.node.op != "placeholder"
-                or not builtin_isinstance(value_of(proxy), torch.Tensor)
-                or self.decisions.decided((proxy.node, GuardKind.IS_TENSOR), proxy)):
+        if (type(proxy) is not ValueProxy or not is_input_path(proxy.node)
+                or self.decisions.decided((proxy.node, GuardKind.TYPE), proxy)):
             return
         location = SourceLocation(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
         text = self.describe(proxy)
-        self.decide(Decision(proxy, GuardKind.IS_TENSOR, Specialize.NONE, True, (True,), text,
-                             f"isinstance() of `{text}`", key=(proxy.node, GuardKind.IS_TENSOR), location=location))
+        name = type_name(value_of(proxy))  # the exact class: a Parameter, a list or a tuple, an int or a float
+        self.decide(Decision(proxy, GuardKind.TYPE, Specialize.NONE, name, (name,), text,
+                             f"isinstance() of `{text}`", key=(proxy.node, GuardKind.TYPE), location=location))
+
+
+def _describe_call(kind: str, target: Any) -> str:
+    if kind == "call_method":
+        return f".{target}()"
+    if kind == "call_module":
+        return f"self.{target}(...)"
+    return f"{getattr(target, '__module__', '') or ''}.{getattr(target, '__qualname__', target)}()".lstrip(".")
 
 
 def _is_parameter_node(proxy: ValueProxy) -> bool:

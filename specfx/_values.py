@@ -109,12 +109,17 @@ class ValueTracer(Protocol):
 
     def describe(self, proxy: Any) -> str: ...
 
+    def none_attribute(self, proxy: "ValueProxy", name: str) -> None: ...
+
+    def note_missing_attribute(self, proxy: "ValueProxy", name: str) -> None: ...
+
 # Tensor attributes/methods that read shapes (SHAPES) or data (SCALARS).
 SHAPE_ATTRIBUTES = frozenset({"shape", "ndim"})
 SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement"})
 SCALAR_METHODS = frozenset({"item", "tolist"})
 # Tensor attributes/methods that read the dtype or device: values, guarded.
-TYPE_ATTRIBUTES = frozenset({"dtype", "device", "is_cuda", "is_meta", "is_quantized", "is_sparse"})
+TYPE_ATTRIBUTES = frozenset({"dtype", "device", "is_cuda", "is_meta", "is_quantized", "is_sparse", "layout",
+                             "requires_grad", "is_leaf"})
 TYPE_METHODS = frozenset({"is_floating_point", "is_complex", "is_signed", "element_size", "get_device"})
 VALUE_ATTRIBUTES = SHAPE_ATTRIBUTES | TYPE_ATTRIBUTES
 
@@ -158,12 +163,15 @@ class ValueProxy(Proxy):
         try:
             attribute = getattr(value, name)
         except AttributeError:
+            self.tracer.note_missing_attribute(self, name)
             raise AttributeError(
                 f"{type(value).__name__!r} object has no attribute {name!r} "
                 f"(the traced value of `{self.tracer.describe(self)}`)"
             ) from None
         if name in VALUE_ATTRIBUTES and isinstance(value, torch.Tensor):
             return self.tracer.read_attribute(self, name, attribute)
+        if attribute is None:  # `x.grad is None`: None in the code, as in eager (guarded)
+            return self.tracer.none_attribute(self, name)
         return ValueAttribute(self, name, attribute)
 
     @property  # type: ignore[misc]
@@ -210,9 +218,10 @@ def _in_place(operator_name: str) -> Any:
     target = getattr(operator, operator_name)
 
     def in_place(self: ValueProxy, other: Any) -> Any:
-        # `self.steps += 1` on a buffer must update the buffer when the graph runs, as in
-        # eager; elsewhere `+=` stays the out-of-place op torch.fx records (NotImplemented).
-        if type(self) is ValueProxy and self.node.op == "get_attr":
+        # `t += 1` on a tensor writes to it in eager: a buffer must be updated when the graph
+        # runs, and another name for `t` must see the change. Without a value (symbolic
+        # tracing) `+=` stays the out-of-place op torch.fx records (NotImplemented).
+        if type(self) is ValueProxy and (self.node.op == "get_attr" or isinstance(value_of(self), torch.Tensor)):
             return self.tracer.create_proxy("call_function", target, (self, other), {})
         return NotImplemented
 

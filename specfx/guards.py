@@ -44,6 +44,7 @@ __all__ = [
     "guard_dtype",
     "guard_float",
     "guard_grad_enabled",
+    "guard_has_attr",
     "guard_index",
     "guard_int",
     "guard_is_none",
@@ -95,6 +96,7 @@ class GuardKind(str, enum.Enum):
     TYPE = "type"  # type(x) / isinstance(x, C) of a value
     VALUE = "value"  # a Python input's value read by identity, hashing or formatting
     GRAD_ENABLED = "grad_enabled"  # torch.is_grad_enabled() read by the code
+    HAS_ATTR = "has_attr"  # an input lacked an attribute the code asked for
 
     def __str__(self) -> str:
         return str(self.value)
@@ -383,6 +385,14 @@ def guard_grad_enabled(value: Any, expected: bool, what: str, where: str) -> Non
         _fail(what, expected, bool(value), where)
 
 
+@_guard
+def guard_has_attr(value: Any, name: str, expected: bool, what: str, where: str) -> None:
+    """Fail unless ``hasattr(value, name) == expected``."""
+    actual = hasattr(value, name)
+    if actual is not expected:
+        _fail(what, expected, actual, where)
+
+
 # kind of decision -> the guard function that checks it at call time
 GUARDS: Mapping[GuardKind, Callable[..., None]] = {
     GuardKind.ITER: guard_len,
@@ -407,6 +417,7 @@ GUARDS: Mapping[GuardKind, Callable[..., None]] = {
     GuardKind.TYPE: guard_type,
     GuardKind.VALUE: guard_value,
     GuardKind.GRAD_ENABLED: guard_grad_enabled,
+    GuardKind.HAS_ATTR: guard_has_attr,
 }
 GUARD_FUNCTIONS: frozenset = frozenset(GUARDS.values())
 # guard function -> the kind its GuardErrors carry (the last kind using it: guard_len -> LEN)

@@ -1,0 +1,119 @@
+"""State outside the inputs that traced code reads: grad mode, autocast, Python's and
+numpy's random generators, and torch's own type checks.
+
+While specfx traces with example inputs (patched through :mod:`specfx._patches`, for
+the tracing context only):
+
+- ``torch.is_grad_enabled()`` is a graph node; the code's branch on it is a guarded
+  decision (the graph fails with ``GuardError`` when called in the other mode);
+- ``torch.no_grad()`` / ``torch.enable_grad()`` / ``torch.set_grad_enabled()``
+  regions are recorded as ``torch._C._set_grad_enabled`` nodes, as make_fx does;
+- ``torch.inference_mode()`` and ``torch.autocast()`` regions, and draws from Python's
+  ``random`` and numpy's ``random``, are refused: the graph cannot reproduce them;
+- ``torch.is_tensor(x)`` answers as ``isinstance`` does for traced values (guarded).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from typing import TYPE_CHECKING, Any, Callable, List, Tuple
+
+import torch
+from torch.fx.node import has_side_effect
+
+from . import _patches
+from ._source import is_user_file, user_location
+from ._values import value_of
+from .errors import SpecializationError
+
+if TYPE_CHECKING:
+    from ._tracer import SpecTracer
+
+__all__ = ["install"]
+
+has_side_effect(torch._C._set_grad_enabled)  # dead-code elimination must keep the mode switches
+
+_GRAD_MODE_FILE = torch.autograd.grad_mode.__file__
+_PYTHON_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choices", "shuffle", "sample",
+                  "gauss", "normalvariate", "betavariate", "expovariate", "getrandbits", "triangular")
+_NUMPY_RANDOM = ("rand", "randn", "random", "random_sample", "randint", "uniform", "normal", "choice",
+                 "permutation", "shuffle", "binomial", "beta", "poisson", "exponential")
+
+
+def _refusal(what: str, why: str, fix: str) -> SpecializationError:
+    location = user_location()
+    where = f"\n  at {location.describe()}" if location else ""
+    return SpecializationError(f"{what} inside the traced code: {why}.\nFix: {fix}.{where}",
+                               operation=what, location=str(location) if location else None)
+
+
+def _refuse_call(tracer: "SpecTracer", owner: Any, name: str, what: str, why: str, fix: str) -> Callable[..., Any]:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        if not tracer.records_factories():
+            return _patches.previous(owner, name)(*args, **kwargs)
+        tracer.refuse(_refusal(what, why, fix))
+
+    refused.__name__ = name
+    return refused
+
+
+def install(tracer: "SpecTracer") -> None:
+    """Patch what the traced code may read of ambient state (see the module docstring)."""
+    def is_grad_enabled() -> Any:
+        original = _patches.previous(torch, "is_grad_enabled")
+        if not tracer.records_factories():
+            return bool(original())
+        caller = sys._getframe(2).f_code.co_filename
+        if caller == _GRAD_MODE_FILE:
+            # no_grad() & co. remember the mode to restore it on exit: the graph restores the
+            # mode of its own call, so the remembered mode is a node, not the trace's answer
+            return tracer.create_proxy("call_function", original, (), {})
+        if is_user_file(caller):
+            return tracer.read_grad_mode(original)
+        return bool(original())
+
+    def set_grad_enabled(mode: Any) -> None:
+        original = _patches.previous(torch._C, "_set_grad_enabled")
+        original(bool(value_of(mode)) if isinstance(mode, torch.fx.Proxy) else mode)
+        if tracer.records_factories():
+            tracer.create_proxy("call_function", original, (mode,), {})
+
+    def is_tensor(obj: Any) -> bool:
+        return tracer.is_tensor(obj, _patches.previous(torch, "is_tensor"))
+
+    _patches.patch(torch, "is_grad_enabled", is_grad_enabled)
+    _patches.patch(torch._C, "_set_grad_enabled", set_grad_enabled)
+    _patches.patch(torch, "is_tensor", is_tensor)
+    def enter_autocast(region: Any) -> Any:
+        enter = _patches.previous(torch.autocast, "__enter__")
+        if tracer.records_factories():
+            if getattr(region, "_enabled", True):
+                tracer.refuse(_refusal(
+                    "torch.autocast()", "specfx does not record autocast regions, so the graph would "
+                    "compute in the input dtypes",
+                    "call the traced graph under torch.autocast(...) instead, or cast explicitly in forward"))
+            # a region that turns autocast off (rotary embeddings in fp32) changes nothing unless the
+            # graph is called under autocast: guard that it is not
+            tracer.read_autocast(region.device)
+        return enter(region)
+
+    _patches.patch(torch.autocast, "__enter__", enter_autocast)
+    refusals: List[Tuple[Any, str, str, str, str]] = [
+        (torch.inference_mode, "__enter__", "torch.inference_mode()",
+         "a graph cannot record entering inference mode",
+         "call the traced graph under torch.inference_mode() instead, or use torch.no_grad() in forward"),
+    ]
+    refusals += [(random, name, f"random.{name}()", "Python's random draws would be frozen into the graph",
+                  "draw with torch (torch.rand, torch.randint...), which the graph draws anew on every call")
+                 for name in _PYTHON_RANDOM]
+    try:
+        import numpy.random as numpy_random
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        numpy_random = None
+    if numpy_random is not None:
+        refusals += [(numpy_random, name, f"numpy.random.{name}()", "numpy's random draws would be frozen into "
+                      "the graph", "draw with torch (torch.rand, torch.randint...), which the graph draws anew "
+                      "on every call") for name in _NUMPY_RANDOM]
+    for owner, name, what, why, fix in refusals:
+        _patches.patch(owner, name, _refuse_call(tracer, owner, name, what, why, fix))
