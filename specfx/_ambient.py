@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import random
 import sys
-from typing import TYPE_CHECKING, Any, Callable, List, Tuple
+import types
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 import torch
 from torch.fx.node import has_side_effect
@@ -107,6 +108,7 @@ def install(tracer: "SpecTracer") -> None:
     refusals += [(random, name, f"random.{name}()", "Python's random draws would be frozen into the graph",
                   "draw with torch (torch.rand, torch.randint...), which the graph draws anew on every call")
                  for name in _PYTHON_RANDOM]
+    numpy_random: Optional[types.ModuleType]
     try:
         import numpy.random as numpy_random
     except ImportError:  # pragma: no cover - numpy is a dependency

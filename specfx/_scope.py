@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import sys
+import types
 from typing import Any, Callable, Dict, Optional, Tuple, Type, TypeVar, Union, overload
 
 import torch
@@ -33,8 +34,32 @@ _ANNOTATIONS_ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 def current_layers() -> Tuple[Layer, ...]:
-    """The annotation and scope layers in force in this context, outermost first."""
-    return _LAYERS.get()
+    """The annotation and scope layers in force in this context, outermost first.
+
+    A ``with specialize(...)`` layer is in force only while the frame that entered it
+    runs: a generator suspended inside the block does not lend it to its caller."""
+    layers = _LAYERS.get()
+    if not _WITH_FRAMES or not layers:
+        return layers
+    live: Optional[set] = None
+    kept = []
+    for layer in layers:
+        frame = _WITH_FRAMES.get(id(layer))
+        if frame is not None:
+            if live is None:
+                live = set()
+                walker: Optional[types.FrameType] = sys._getframe(1)
+                while walker is not None:
+                    live.add(id(walker))
+                    walker = walker.f_back
+            if id(frame) not in live:
+                continue
+        kept.append(layer)
+    return tuple(kept)
+
+
+# id of a `with specialize(...)` layer -> the frame that entered it (removed on exit)
+_WITH_FRAMES: Dict[int, types.FrameType] = {}
 
 
 def annotations_active() -> contextvars.ContextVar[bool]:
@@ -172,7 +197,9 @@ class specialize:
             return self
         frame = sys._getframe(1)
         origin = f"with specialize({self._description}) at {frame.f_code.co_filename}:{frame.f_lineno}"
-        _LAYERS.set(_LAYERS.get() + (Layer(self._policy, origin),))
+        layer = Layer(self._policy, origin)
+        _WITH_FRAMES[id(layer)] = frame
+        _LAYERS.set(_LAYERS.get() + (layer,))
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -180,6 +207,7 @@ class specialize:
         # Pop our own entry; the stack is per context, so nesting and threads stay balanced.
         for index in range(len(layers) - 1, -1, -1):
             if layers[index].policy is self._policy and layers[index].origin.startswith("with "):
+                _WITH_FRAMES.pop(id(layers[index]), None)
                 _LAYERS.set(layers[:index] + layers[index + 1 :])
                 return
         # Nothing to pop: __enter__ ran outside an annotation-honouring trace.

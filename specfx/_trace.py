@@ -185,7 +185,7 @@ def _check_leaf_modules(modules: Optional[Iterable[Any]], keyword: str) -> Tuple
 def _warn_unmatched_scopes(policy: Policy, root: torch.nn.Module) -> None:
     if not policy.scopes:
         return
-    names = [name for name, _ in root.named_modules() if name]
+    names = [name for name, _ in root.named_modules(remove_duplicate=False) if name]  # every name of a shared submodule
     for pattern in policy.scopes:
         if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
             warnings.warn(

@@ -22,7 +22,7 @@ import operator
 import sys
 import threading
 import types
-from typing import Any, Callable, Dict, Iterable, Iterator, NoReturn, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, NoReturn, Optional, Tuple, cast
 
 import torch
 import torch.fx
@@ -398,9 +398,13 @@ class SpecTracer(torch.fx.Tracer):
             return f"{self.describe(proxy.root)}.{proxy.attr}"
         return self.decisions.describe.name(proxy.node, 0, local_names)
 
+    def _call(self, target: Callable[..., Any], *args: Any) -> ValueProxy:
+        """A ``call_function`` node of ``target(*args)`` (with its value)."""
+        return cast(ValueProxy, self.create_proxy("call_function", target, args, {}))
+
     def read_grad_mode(self, is_grad_enabled: Callable[[], bool]) -> bool:
         """Called for ``torch.is_grad_enabled()`` in traced code: a node, and a guarded answer."""
-        proxy = self.create_proxy("call_function", is_grad_enabled, (), {})
+        proxy = self._call(is_grad_enabled)
         mode = bool(value_of(proxy))
         self.decide(Decision(proxy, GuardKind.GRAD_ENABLED, Specialize.NONE, mode, (mode,),
                              "torch.is_grad_enabled()", "`torch.is_grad_enabled()`"))
@@ -408,7 +412,7 @@ class SpecTracer(torch.fx.Tracer):
 
     def read_autocast(self, device_type: str) -> None:
         """Called when traced code turns autocast off: guard that the graph runs without it."""
-        proxy = self.create_proxy("call_function", torch.is_autocast_enabled, (device_type,), {})
+        proxy = self._call(torch.is_autocast_enabled, device_type)
         self.decide(Decision(proxy, GuardKind.VALUE, Specialize.NONE, False, (False,),
                              f"torch.is_autocast_enabled({device_type!r})", "`torch.autocast(enabled=False)`"))
 
@@ -524,11 +528,8 @@ class SpecTracer(torch.fx.Tracer):
     def getitem(self, proxy: ValueProxy, index: Any) -> Any:
         """Called for ``proxy[index]``; an element that is ``None`` is returned as ``None`` (guarded)."""
         result = self.create_proxy("call_function", operator.getitem, (proxy, index), {})
-        if type(result) is ValueProxy and value_of(result) is not MISSING:
-            if value_of(result) is None:
-                return self._none(result)
-            if type(value_of(proxy)) in (tuple, list, dict) and is_input_path(result.node):
-                self._not_none(result)  # an optional element of an input (`past[1] is not None`)
+        if type(result) is ValueProxy and value_of(result) is None:
+            return self._none(result)
         return result
 
     def read_attribute(self, proxy: ValueProxy, name: str, attribute: Any) -> Any:
@@ -545,7 +546,7 @@ class SpecTracer(torch.fx.Tracer):
         tensor = value_of(proxy)
         text = self.describe(proxy)
         if name in ("requires_grad", "is_leaf"):
-            node = self.create_proxy("call_function", getattr, (proxy, name), {})
+            node = self._call(getattr, proxy, name)
             self.decide(Decision(node, GuardKind.VALUE, Specialize.NONE, attribute, (attribute,), f"{text}.{name}",
                                  f"`{text}.{name}`"))
             return attribute
@@ -561,7 +562,7 @@ class SpecTracer(torch.fx.Tracer):
 
     def none_attribute(self, proxy: ValueProxy, name: str) -> None:
         """Called for an attribute whose value is None (``x.grad``): None in the code, guarded."""
-        return self._none(self.create_proxy("call_function", getattr, (proxy, name), {}))
+        return self._none(self._call(getattr, proxy, name))
 
     def note_missing_attribute(self, proxy: ValueProxy, name: str) -> None:
         """Called when an input lacks an attribute the code asks for (``getattr(x, "scale", 1.0)``):

@@ -307,8 +307,6 @@ class TestWithoutExamples:
 EXAMPLE_GUARDS = {
     # `out, (h, c) = self.lstm(x)`: symbolic_trace trusts the code's two names, specfx checks the length.
     "lstm-unpack": ["len(self.lstm(x)) == 2", "len(self.lstm(x)[1]) == 2"],
-    # elements of `*rest` the code reads are guarded not to be None (the caller may pass None)
-    "star-args": ["rest[0] is not None", "rest[1] is not None"],
 }
 
 

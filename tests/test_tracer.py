@@ -579,7 +579,7 @@ class TestUserTerms:
             return -total
 
         gm = specfx.trace(f, ([torch.ones(2), torch.ones(2)], torch.ones(2)), policy=Policy(bool=True))
-        (record,) = [s for s in gm.specializations if s.kind == "bool"]
+        (record,) = gm.specializations
         assert (record.expression, record.depends_on) == ("bool(total.mean() > 0)", ("xs[1]", "y"))
         assert "gt" not in specfx.explain(gm).split()
         with pytest.raises(GuardError) as caught:

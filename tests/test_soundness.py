@@ -1,0 +1,311 @@
+"""Issue 10: every answer taken from an example is guarded or refused, class by class.
+
+Each test traces a program of one class and checks the promise on inputs that agree
+and disagree with the example: the graph returns what eager returns, or raises
+GuardError; what the policy does not grant is refused at trace time.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch import nn
+
+import specfx
+from specfx import GuardError, Policy, SpecializationError
+
+
+def clone(args):
+    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def same_or_guard(gm, fn, *args):
+    """The promise on one input: eager's answer, or GuardError."""
+    try:
+        actual = gm(*clone(args))
+    except GuardError:
+        return "guard"
+    expected = fn(*clone(args))
+    torch.testing.assert_close(actual, expected)
+    return "equal"
+
+
+class TestRepeatedDecisionAfterInPlaceChange:  # class 1
+    def test_item_after_add_is_decided_again(self):
+        """`y.item()` after `y.add_(z)` is a new decision, guarded."""
+
+        def f(y, z):
+            a = y.item()
+            y.add_(z)
+            return torch.tensor(a + y.item())
+
+        gm = specfx.trace(f, (torch.tensor(2.0), torch.tensor(4.0)), policy=Policy(scalars=True))
+        assert [s.value for s in gm.specializations] == [2.0, 6.0]
+        assert same_or_guard(gm, f, torch.tensor(2.0), torch.tensor(4.0)) == "equal"
+        assert same_or_guard(gm, f, torch.tensor(2.0), torch.tensor(1.0)) == "guard"
+
+    def test_len_after_extend_is_decided_again(self):
+        """`len(xs)` after `xs.extend(...)` is guarded again."""
+
+        def f(x, xs):
+            n = len(xs)
+            xs.extend([x])
+            return x * (n + len(xs))
+
+        gm = specfx.trace(f, (torch.ones(2), [1, 2]), policy=Policy(iter=True))
+        assert [s.value for s in gm.specializations] == [2, 3]
+
+
+class TestOptionalInputs:  # class 2
+    def test_optional_traced_with_a_tensor_called_with_none(self):
+        """`if bias is not None` traced with a tensor raises GuardError on None."""
+
+        def f(x, bias=None):
+            return x * 2 if bias is not None else x
+
+        gm = specfx.trace(f, (torch.ones(2), torch.ones(2)))
+        assert same_or_guard(gm, f, torch.ones(2), torch.zeros(2)) == "equal"
+        with pytest.raises(GuardError, match="bias is not None"):
+            gm(torch.ones(2), None)
+
+
+class TestTensorsCreatedInForward:  # classes 3 and 4
+    def test_random_noise_is_drawn_on_every_call(self):
+        """`x + torch.randn(x.shape)` under SHAPES draws anew on every call."""
+
+        def f(x):
+            return x + torch.randn(x.shape)
+
+        gm = specfx.trace(f, torch.ones(3), policy=Policy(shapes=True))
+        assert not torch.equal(gm(torch.ones(3)), gm(torch.ones(3)))
+
+    def test_buffer_made_in_forward_does_not_accumulate(self):
+        """`pad = torch.zeros(n, 1); pad += ...` starts from zeros on every call."""
+
+        def f(x):
+            pad = torch.zeros(x.shape[0], 1)
+            pad += x[:, :1]
+            return pad
+
+        gm = specfx.trace(f, torch.ones(2, 3), policy=Policy(shapes=True))
+        first, second = gm(torch.ones(2, 3)), gm(torch.ones(2, 3))
+        assert torch.equal(first, second) and first is not second
+
+    def test_symbolic_sizes_into_factories(self):
+        """`torch.ones(x.shape[1] * x.shape[2], 2)` and `torch.tensor(q.size(-1))` stay symbolic."""
+
+        def f(x):
+            return torch.ones(x.shape[1] * x.shape[2], 2).sum() + torch.tensor(x.size(-1)) + x
+
+        gm = specfx.trace(f, torch.ones(2, 3, 4))
+        assert gm.specializations == []
+        for shape in ((2, 3, 4), (5, 1, 7)):
+            assert same_or_guard(gm, f, torch.ones(*shape)) == "equal"
+
+
+class TestCaughtRefusalsAndExceptions:  # classes 5 and 6
+    def test_refusal_caught_by_model_code_still_fails_the_trace(self):
+        """`try: int(x.sum()) except TypeError` does not trace silently down the fallback."""
+
+        def f(x):
+            try:
+                n = int(x.sum())
+            except TypeError:
+                n = 1
+            return x * n
+
+        with pytest.raises(SpecializationError, match=r"int\(\) of `x.sum\(\)`"):
+            specfx.trace(f, torch.ones(2))
+
+    def test_op_exception_caught_by_model_code_is_refused_with_the_line(self):
+        """A fallback taken because an op raised is refused, naming the line."""
+
+        def f(x, y):
+            try:
+                return x @ y
+            except RuntimeError:
+                return x * y.sum()
+
+        with pytest.raises(SpecializationError, match="raised RuntimeError") as caught:
+            specfx.trace(f, (torch.ones(2, 3), torch.ones(2, 3)))
+        assert "return x @ y" in str(caught.value)
+        gm = specfx.trace(f, (torch.ones(2, 3), torch.ones(3, 3)))
+        assert same_or_guard(gm, f, torch.ones(2, 3), torch.ones(3, 3)) == "equal"
+
+
+class TestTensorProperties:  # class 7
+    def test_grad_is_none_answers_truly(self):
+        """`x.grad is None` is True on the example and guarded."""
+
+        def f(x):
+            return x + 1 if x.grad is None else x
+
+        gm = specfx.trace(f, torch.ones(2))
+        assert "add" in gm.code
+        assert same_or_guard(gm, f, torch.ones(2)) == "equal"
+
+    def test_layout_and_is_sparse_are_guarded_by_layout(self):
+        """`x.is_sparse` is a layout decision."""
+
+        def f(x):
+            return x.to_dense() * 2 if x.is_sparse else x * 3
+
+        gm = specfx.trace(f, torch.ones(2))
+        assert [str(s.kind) for s in gm.specializations] == ["layout"]
+        with pytest.raises(GuardError):
+            gm(torch.ones(2).to_sparse())
+
+    def test_parameter_input_and_attributes_are_kept(self):
+        """isinstance(x, nn.Parameter) and Python attributes of example tensors survive cloning."""
+
+        def f(x):
+            scale = getattr(x, "scale", 1.0)
+            return x * scale if isinstance(x, nn.Parameter) else x
+
+        example = nn.Parameter(torch.ones(2))
+        example.scale = 3.0
+        gm = specfx.trace(f, (example,))
+        assert torch.equal(gm(example), f(example))
+        with pytest.raises(GuardError):
+            gm(torch.ones(2))
+
+    def test_missing_attribute_fallback_is_guarded(self):
+        """`getattr(x, "scale", 1.0)` on an example without it guards that inputs lack it too."""
+
+        def f(x):
+            return x * getattr(x, "scale", 1.0)
+
+        gm = specfx.trace(f, torch.ones(2))
+        other = torch.ones(2)
+        other.scale = 5.0
+        with pytest.raises(GuardError, match="hasattr"):
+            gm(other)
+
+    def test_torch_is_tensor_answers_as_the_value(self):
+        """torch.is_tensor(x) is True for a tensor input."""
+
+        def f(x):
+            return x + 1 if torch.is_tensor(x) else x
+
+        gm = specfx.trace(f, torch.ones(2))
+        assert "add" in gm.code
+
+
+class TestAmbientState:  # class 9
+    def test_branch_on_grad_mode_is_guarded(self):
+        """`if torch.is_grad_enabled()` is guarded: under no_grad the graph raises."""
+
+        def f(x):
+            return x * 2 if torch.is_grad_enabled() else x
+
+        gm = specfx.trace(f, torch.ones(2))
+        assert same_or_guard(gm, f, torch.ones(2)) == "equal"
+        with torch.no_grad(), pytest.raises(GuardError, match="is_grad_enabled"):
+            gm(torch.ones(2))
+
+    def test_no_grad_region_is_reproduced(self):
+        """A `with torch.no_grad()` region inside forward is in the graph."""
+
+        def f(x):
+            with torch.no_grad():
+                y = x * 2
+            return y, x * 3
+
+        x = torch.ones(2, requires_grad=True)
+        gm = specfx.trace(f, (x,))
+        (y, z), (ey, ez) = gm(x), f(x)
+        assert (y.requires_grad, z.requires_grad) == (ey.requires_grad, ez.requires_grad) == (False, True)
+        assert torch.is_grad_enabled()
+
+    def test_autocast_region_is_refused(self):
+        """`with torch.autocast(...)` inside forward is refused with the fix."""
+
+        def f(x):
+            with torch.autocast("cpu"):
+                return x @ x
+
+        with pytest.raises(SpecializationError, match="autocast"):
+            specfx.trace(f, torch.ones(2, 2))
+
+    def test_root_hooks_are_honoured(self):
+        """Forward pre-hooks and hooks on the traced module are in the graph."""
+        model = nn.Linear(2, 2)
+        model.register_forward_pre_hook(lambda module, args: (args[0] * 2,))
+        model.register_forward_hook(lambda module, args, out: out + 1)
+        gm = specfx.trace(model, torch.ones(1, 2))
+        x = torch.randn(3, 2)
+        torch.testing.assert_close(gm(x), model(x))
+
+
+class TestRandomness:  # class 10
+    def test_layer_drop_decision_is_a_guarded_bool(self):
+        """`if torch.rand([]) < p` is a BOOL decision on a drawn value: refused, or guarded."""
+
+        def f(x):
+            if torch.rand([]) < 0.5:
+                return x
+            return x * 2
+
+        with pytest.raises(SpecializationError, match="BOOL"):
+            specfx.trace(f, torch.ones(2))
+        gm = specfx.trace(f, torch.ones(2), policy=Policy(bool=True))
+        (drawn_low,) = [s.value for s in gm.specializations]
+        traced_branch = (lambda x: x) if drawn_low else (lambda x: x * 2)
+        # each call draws anew: the traced branch when the draw agrees, GuardError when not
+        outcomes = {same_or_guard(gm, traced_branch, torch.ones(2)) for _ in range(40)}
+        assert outcomes == {"equal", "guard"}
+
+    def test_python_and_numpy_draws_are_refused(self):
+        """random.random() and numpy.random draws in forward are refused."""
+
+        def f(x):
+            return x * random.random()
+
+        with pytest.raises(SpecializationError, match=r"random.random\(\)"):
+            specfx.trace(f, torch.ones(2))
+
+
+class TestPolicyExactly:  # class 11
+    def test_int_of_random_data_needs_scalars(self):
+        """int() of `torch.randint(0, 10, (x.size(0),))` data is SCALARS, not SHAPES."""
+
+        def f(x):
+            return x * int(torch.randint(0, 10, (x.size(0),)).sum())
+
+        with pytest.raises(SpecializationError, match="SCALARS"):
+            specfx.trace(f, torch.ones(3), policy=Policy(shapes=True))
+
+    def test_submodule_under_two_names_honours_scopes_for_both(self):
+        """A submodule registered twice matches `scopes` through its second name too."""
+
+        class Gate(nn.Module):
+            def forward(self, x):
+                return x if x.sum() > 0 else -x
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.first = Gate()
+                self.second = self.first
+
+            def forward(self, x):
+                return self.second(x)
+
+        gm = specfx.trace(Model(), torch.ones(2), policy=Policy(scopes={"second": Policy(bool=True)}))
+        assert [str(s.kind) for s in gm.specializations] == ["bool"]
+
+    def test_specialize_in_a_suspended_generator_does_not_leak(self):
+        """`with specialize(bool=True)` inside a generator that stays suspended grants nothing to its caller."""
+
+        def chunks(x):
+            with specfx.specialize(bool=True):
+                yield x
+
+        def f(x):
+            (y,) = [next(chunks(x))]
+            return y if y.sum() > 0 else -y
+
+        with pytest.raises(SpecializationError, match="BOOL"):
+            specfx.trace(f, torch.ones(2))
