@@ -281,7 +281,7 @@ class Probe:
     def is_tensor(self, line: int, value: Any) -> bool:
         """``isinstance(value, torch.Tensor)``: decided (and guarded) when ``value`` is the input."""
         if value is self.root_input:
-            self._facet(line, Specialize.NONE, "is_tensor", True, value)
+            self._facet(line, Specialize.NONE, "type", "torch.Tensor", value)  # its exact class is guarded
         return isinstance(value, torch.Tensor)
 
     def size(self, line: int, tensor: torch.Tensor, dim: int) -> int:
