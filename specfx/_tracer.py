@@ -54,7 +54,7 @@ from ._values import (
     traced_isinstance,
     value_of,
 )
-from .guards import GuardKind, type_name
+from .guards import GuardKind, fingerprint, type_name
 
 __all__ = ["TRACE_LOCK", "SpecTracer"]
 
@@ -515,6 +515,20 @@ class SpecTracer(torch.fx.Tracer):
         self.decide(Decision(proxy, kind, flag, number, (number,), f"{spelled}({text})", operation,
                              needs_data=isinstance(value, torch.Tensor), fix=_config_fix(proxy, value)))
         return number
+
+    def resolve_format(self, proxy: ValueProxy, spec: str) -> str:
+        """Called for ``format(proxy)`` (f-strings): the value's text, a SHAPES decision for
+        values computed from shapes, else SCALARS, guarded on the value."""
+        text = self.describe(proxy)
+        operation = f"formatting `{text}`"
+        flag = Specialize.SHAPES if state_of(proxy).from_shapes else Specialize.SCALARS
+        value = self._require_value(proxy, operation, flag, "format")
+        if isinstance(value, torch.Tensor):
+            value = value.tolist() if not _is_meta(value) else None  # guarded as Python values
+            proxy = self._call(torch.Tensor.tolist, proxy)
+        self.decide(Decision(proxy, GuardKind.VALUE, flag, value, (fingerprint(value),), text, operation,
+                             needs_data=True))
+        return format(value, spec)
 
     def resolve_contains(self, proxy: ValueProxy, item: Any) -> bool:
         """Called for ``item in proxy``: recorded as ``operator.contains`` and decided as a BOOL."""

@@ -111,6 +111,8 @@ class ValueTracer(Protocol):
 
     def none_attribute(self, proxy: "ValueProxy", name: str) -> None: ...
 
+    def resolve_format(self, proxy: "ValueProxy", spec: str) -> str: ...
+
     def note_missing_attribute(self, proxy: "ValueProxy", name: str) -> None: ...
 
 # Tensor attributes/methods that read shapes (SHAPES) or data (SCALARS).
@@ -203,6 +205,10 @@ class ValueProxy(Proxy):
 
     def __index__(self) -> int:
         return self.tracer.resolve_number(self, "index")
+
+    def __format__(self, spec: str) -> str:
+        # f"{x.shape[0]}" must read the value, not "Proxy(getitem)"
+        return self.tracer.resolve_format(self, spec)
 
     def __contains__(self, item: Any) -> bool:
         return self.tracer.resolve_contains(self, item)

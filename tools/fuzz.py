@@ -50,7 +50,7 @@ import torch
 
 import specfx
 from specfx import GuardError, SpecializationError
-from tools import fuzzgen
+from tools import fuzzclasses, fuzzgen
 
 CHUNK = 50  # programs per worker process
 GUARD_OF_KIND = {
@@ -219,16 +219,111 @@ def check_case(case: fuzzgen.Case, *, jit: bool = True) -> Dict[str, Any]:
     return {"counts": counts, "problems": problems, "policy": repr(plan.policy())}
 
 
+# -- the grammar of issue 10's classes (tools/fuzzclasses.py) ------------------------------------
+
+
+def _copy(value: Any) -> Any:
+    """A copy of an argument that keeps what the code may read of it (subclass, attributes)."""
+    if isinstance(value, torch.Tensor):
+        copy = value.detach().clone()
+        if isinstance(value, torch.nn.Parameter):
+            copy = torch.nn.Parameter(copy, requires_grad=value.requires_grad)
+        elif value.requires_grad:
+            copy.requires_grad_(True)
+        copy.__dict__.update(value.__dict__)
+        return copy
+    if isinstance(value, (tuple, list)):
+        return type(value)(_copy(v) for v in value)
+    return value
+
+
+def _call(fn: Any, args: Tuple[Any, ...], grad: bool, seed: int) -> Tuple[bool, Any]:
+    torch.manual_seed(seed)  # eager and the graph draw the same random numbers
+    try:
+        with torch.set_grad_enabled(grad), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return True, fn(*_copy(args))
+    except Exception as error:
+        return False, error
+
+
+def _agree(expected: Any, actual: Any) -> bool:
+    if not fuzzgen.same_output(expected, actual):
+        return False
+    pairs = zip(torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(actual))
+    return all(not isinstance(e, torch.Tensor) or e.requires_grad == a.requires_grad for e, a in pairs)
+
+
+def check_class_case(case: fuzzclasses.ClassCase, tag: str) -> Dict[str, Any]:
+    """Trace one program of the class grammar and run every input: agreed / guarded / silent / other."""
+    counts: Counter = collections.Counter()
+    problems: List[str] = []
+    fn = case.build(tag)
+    if not _call(fn, case.example, True, 0)[0]:
+        counts["invalid examples"] += 1
+        return {"counts": counts, "problems": problems, "policy": repr(case.policy)}
+    gm, policy = None, case.policy
+    for attempt in range(2):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                gm = specfx.trace(fn, _copy(case.example), policy=policy)
+            break
+        except SpecializationError:
+            counts["trace refusals" if attempt == 0 else "programs refused"] += 1
+            policy = specfx.Policy(specfx.Specialize.ALL)
+        except Exception as error:
+            counts["trace crashes"] += 1
+            problems.append(f"trace crashed: {type(error).__name__}: {error}")
+            break
+    if gm is None:
+        return {"counts": counts, "problems": problems, "policy": repr(policy)}
+    counts["programs traced"] += 1
+    for index, (args, grad) in enumerate([(case.example, True), *case.inputs]):
+        ok, expected = _call(fn, args, grad, index)
+        if not ok:
+            counts["inputs skipped (eager raised)"] += 1
+            continue
+        counts["inputs"] += 1
+        ok, actual = _call(gm, args, grad, index)
+        if torch.is_grad_enabled() is not True:
+            problems.append(f"input {index}: the graph left grad mode changed")
+            torch.set_grad_enabled(True)
+        if ok and _agree(expected, actual):
+            counts["agreed"] += 1
+        elif ok:
+            counts["silent mismatches"] += 1
+            problems.append(f"(a) SILENT MISMATCH on input {index} (grad mode {grad})")
+        elif isinstance(actual, GuardError):
+            counts["guarded"] += 1
+        else:
+            counts["other exceptions"] += 1
+            problems.append(f"(a) input {index}: {type(actual).__name__}: {actual}")
+    return {"counts": counts, "problems": problems, "policy": repr(policy)}
+
+
 # -- running a corpus ---------------------------------------------------------------------------
 
 
 def run_chunk(job: Tuple[int, int, int, bool]) -> Tuple[Dict[str, int], List[Dict[str, Any]]]:
-    """Check programs ``start .. stop-1`` of ``seed``: summed counts and the failing cases."""
+    """Check programs ``start .. stop-1`` of ``seed``: summed counts and the failing cases
+    (``jit`` None: the class grammar of tools/fuzzclasses.py)."""
     seed, start, stop, jit = job
     torch.set_num_threads(1)
     totals: Counter = collections.Counter()
     failures = []
     for index in range(start, stop):
+        if jit is None:
+            class_case = fuzzclasses.generate(fuzzgen.RandomChooser(seed * 1_000_003 + index))
+            result = check_class_case(class_case, f"-{seed}-{index}")
+            totals["programs"] += 1
+            totals[f"  class {class_case.family}"] += 1
+            totals.update(result["counts"])
+            if result["problems"]:
+                totals["programs with problems"] += 1
+                failures.append({"index": index, "policy": result["policy"], "problems": result["problems"],
+                                 "example_shape": [], "source": class_case.source})
+            continue
         case = make_case(seed, index)
         result = check_case(case, jit=jit)
         totals["programs"] += 1
@@ -240,7 +335,7 @@ def run_chunk(job: Tuple[int, int, int, bool]) -> Tuple[Dict[str, int], List[Dic
     return dict(totals), failures
 
 
-def fuzz(n: int, seed: int, *, jit: bool = True, start: int = 0, jobs: int = 0,
+def fuzz(n: int, seed: int, *, jit: Optional[bool] = True, start: int = 0, jobs: int = 0,
          chunk: int = CHUNK) -> Dict[str, Any]:
     """Run programs ``start .. start+n-1`` of ``seed``: totals, failures and the elapsed seconds.
 
@@ -299,18 +394,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the corpus (default 0)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--no-jit", action="store_true", help="skip the torch.jit.trace comparison")
+    parser.add_argument("--grammar", choices=["programs", "classes"], default="programs",
+                        help="programs: the control-flow grammar (default); classes: issue 10's classes "
+                             "of silent answers (tools/fuzzclasses.py)")
     parser.add_argument("--only", type=int, default=None, help="run program ONLY alone and print its source")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="worker processes (default: one per CPU; 0 runs in this process)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    if args.only is not None:
+    jit: Optional[bool] = None if args.grammar == "classes" else not args.no_jit
+    if args.only is not None and jit is None:
+        print(fuzzclasses.generate(fuzzgen.RandomChooser(args.seed * 1_000_003 + args.only)).source)
+        result = fuzz(1, args.seed, jit=None, start=args.only, jobs=0)
+    elif args.only is not None:
         case = make_case(args.seed, args.only)
         print(case.program.source)
         print(f"policy: {case.plan.policy()!r}; example shape {tuple(case.example.shape)}\n")
         result = fuzz(1, args.seed, jit=not args.no_jit, start=args.only, jobs=0)
     else:
-        result = fuzz(args.n, args.seed, jit=not args.no_jit, jobs=args.jobs)
+        result = fuzz(args.n, args.seed, jit=jit, jobs=args.jobs)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     else:
