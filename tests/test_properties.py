@@ -404,8 +404,7 @@ class TestShapes:
     @given(B=st.integers(1, 3), C=st.integers(1, 10), seed=SEEDS, data=st.data())
     def test_int_of_size_under_shapes(self, B, C, seed, data):
         """`int(x.size(1) // 2)` under SHAPES guards x.size(1) only: other dims vary, another C guards."""
-        # A size-1 dim should warn but does not under SHAPES (see TestKnownBugs): tolerate either.
-        degenerate = None if C <= 1 else False
+        degenerate = C <= 1  # a size-1 dim read under SHAPES warns (TestRegressions keeps it so)
         gm = trace(half_slice, randn(seed, B, C, 2), Policy(shapes=True), degenerate=degenerate)
         assert [(s.kind, s.value) for s in gm.specializations] == [("size", C)]
         for _ in range(5):

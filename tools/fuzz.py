@@ -53,14 +53,7 @@ from specfx import GuardError, SpecializationError
 from tools import fuzzclasses, fuzzgen
 
 CHUNK = 50  # programs per worker process
-GUARD_OF_KIND = {
-    "iter": specfx.guard_len, "unpack": specfx.guard_len, "len": specfx.guard_len,
-    "bool": specfx.guard_truth, "shape": specfx.guard_shape, "size": specfx.guard_size,
-    "ndim": specfx.guard_ndim, "numel": specfx.guard_numel, "int": specfx.guard_int,
-    "index": specfx.guard_index, "float": specfx.guard_float, "item": specfx.guard_item,
-    "tolist": specfx.guard_tolist, "keys": specfx.guard_keys, "is_none": specfx.guard_is_none,
-    "is_tensor": specfx.guard_is_tensor,
-}
+GUARD_OF_KIND = specfx.guards.GUARDS  # kind of a record -> its guard function
 
 
 def make_case(seed: int, index: int) -> fuzzgen.Case:
