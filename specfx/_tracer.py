@@ -578,13 +578,14 @@ class SpecTracer(torch.fx.Tracer):
         """Called for an attribute whose value is None (``x.grad``): None in the code, guarded."""
         return self._none(self._call(getattr, proxy, name))
 
-    def note_missing_attribute(self, proxy: ValueProxy, name: str) -> None:
-        """Called when an input lacks an attribute the code asks for (``getattr(x, "scale", 1.0)``):
-        the code's fallback is taken, so guard that inputs keep lacking it."""
+    def note_python_attribute(self, proxy: ValueProxy, name: str, present: bool) -> None:
+        """Called when the code asks an input for an attribute it lacks (``getattr(x, "scale",
+        1.0)`` takes its fallback) or for a Python attribute of the example tensor: guard
+        that inputs lack it, or have it, too."""
         if name.startswith("__") or self._evaluating or not is_input_path(proxy.node):
             return
         text = self.describe(proxy)
-        self.decide(Decision(proxy, GuardKind.HAS_ATTR, Specialize.NONE, False, (name, False),
+        self.decide(Decision(proxy, GuardKind.HAS_ATTR, Specialize.NONE, present, (name, present),
                              f"hasattr({text}, {name!r})", f"`{text}.{name}`"))
 
     def _read_shape(self, proxy: ValueProxy, name: str, attribute: Any, frame: types.FrameType) -> Any:

@@ -113,7 +113,7 @@ class ValueTracer(Protocol):
 
     def resolve_format(self, proxy: "ValueProxy", spec: str) -> str: ...
 
-    def note_missing_attribute(self, proxy: "ValueProxy", name: str) -> None: ...
+    def note_python_attribute(self, proxy: "ValueProxy", name: str, present: bool) -> None: ...
 
 # Tensor attributes/methods that read shapes (SHAPES) or data (SCALARS).
 SHAPE_ATTRIBUTES = frozenset({"shape", "ndim"})
@@ -165,13 +165,15 @@ class ValueProxy(Proxy):
         try:
             attribute = getattr(value, name)
         except AttributeError:
-            self.tracer.note_missing_attribute(self, name)
+            self.tracer.note_python_attribute(self, name, False)
             raise AttributeError(
                 f"{type(value).__name__!r} object has no attribute {name!r} "
                 f"(the traced value of `{self.tracer.describe(self)}`)"
             ) from None
         if name in VALUE_ATTRIBUTES and isinstance(value, torch.Tensor):
             return self.tracer.read_attribute(self, name, attribute)
+        if isinstance(value, torch.Tensor) and name in value.__dict__:  # a Python attribute of the example
+            self.tracer.note_python_attribute(self, name, True)
         if attribute is None:  # `x.grad is None`: None in the code, as in eager (guarded)
             return self.tracer.none_attribute(self, name)
         return ValueAttribute(self, name, attribute)
