@@ -114,7 +114,7 @@ class SpecTracer(torch.fx.Tracer):
         guards: bool = True,
         trace_through: Optional[Iterable[Any]] = None,
     ) -> None:
-        super().__init__(autowrap_modules, autowrap_functions, param_shapes_constant)
+        super().__init__(autowrap_modules, autowrap_functions, param_shapes_constant)  # type: ignore[arg-type]  # torch annotates a 1-tuple
         policy = policy if policy is not None else Policy()
         if param_shapes_constant:
             policy = policy | Policy(param_shapes_constant=True)
