@@ -209,8 +209,13 @@ class ValueProxy(Proxy):
         return self.tracer.resolve_number(self, "index")
 
     def __format__(self, spec: str) -> str:
-        # f"{x.shape[0]}" must read the value, not "Proxy(getitem)"
+        # f"{x.shape[0]}" and str(n) must read the value, not "Proxy(getitem)"
         return self.tracer.resolve_format(self, spec)
+
+    def __str__(self) -> str:
+        if value_of(self) is MISSING:
+            return Proxy.__repr__(self)  # traced symbolically: torch.fx's text
+        return self.tracer.resolve_format(self, "")
 
     def __contains__(self, item: Any) -> bool:
         return self.tracer.resolve_contains(self, item)
