@@ -10,6 +10,7 @@ recorded, explained and guarded.
 """
 
 from . import guards  # noqa: F401 - the public module of the guard functions
+from ._export import export
 from ._decisions import Specialization
 from .guards import (  # noqa: F401 - generated graph code imports the guards from here
     GuardKind,
@@ -69,6 +70,7 @@ __all__ = [
     "TraceCheckError",
     "VariantLimitError",
     "explain",
+    "export",
     "specializations",
     "specialize",
     "trace",

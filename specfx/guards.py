@@ -107,6 +107,9 @@ class GuardKind(str, enum.Enum):
 
 _G = TypeVar("_G", bound=Callable[..., None])
 
+# guard -> its torch.compile / torch.export form; filled in by specfx/_export.py
+COMPILED: Dict[Callable[..., Any], Callable[..., None]] = {}
+
 
 def _guard(check: _G) -> _G:
     """Register ``check`` as a guard: kept by dead-code elimination, imported by
@@ -119,6 +122,10 @@ def _guard(check: _G) -> _G:
     def guard(value: Any, *args: Any) -> Any:
         if isinstance(value, Proxy) or _is_foreign_proxy(value):
             return value.tracer.create_proxy("call_function", guard, (value, *args), {})
+        if torch.compiler.is_compiling():
+            # torch.compile / torch.export: a Python check would break the graph or run once on
+            # fake values; emit the export-native assertion instead (specfx/_export.py owns it)
+            return COMPILED[guard](value, *args)
         try:
             return check(value, *args)
         except GuardError as error:  # name the check that failed (a length check reads as `len`)

@@ -16,7 +16,7 @@ class TestPublicAPI:
         assert specfx.__all__ == [
             "GuardError", "GuardKind", "Policy", "SpecTracer", "SpecfxError", "Specialization", "SpecializationError",
             "SpecializationWarning", "Specialize", "Specializer", "TraceCheckError", "VariantLimitError",
-            "explain", "specializations", "specialize", "trace",
+            "explain", "export", "specializations", "specialize", "trace",
         ]
         assert specfx.__all__ == sorted(specfx.__all__)
 
@@ -32,6 +32,15 @@ class TestPublicAPI:
             "trace_through: 'Optional[Iterable[Any]]' = None, "
             "tracer_class: 'Type[SpecTracer]' = <class 'specfx._tracer.SpecTracer'>) "
             "-> 'torch.fx.GraphModule'"
+        )
+
+    def test_export_signature(self):
+        """export() has the signature of API.md."""
+        assert str(inspect.signature(specfx.export)) == (
+            "(root: 'Union[torch.nn.Module, Callable[..., Any]]', example_inputs: 'Any' = None, "
+            "example_kwargs: 'Optional[Mapping[str, Any]]' = None, *, policy: 'PolicyLike' = None, "
+            "dynamic_shapes: 'DynamicShapes' = 'auto', **trace_options: 'Any') "
+            "-> 'torch.export.ExportedProgram'"
         )
 
     def test_policy_signature(self):
