@@ -66,11 +66,11 @@ def _assert(condition: Any, message: str, what: str, expected: Any, where: str) 
     ``aten._assert_async.msg``; a plain bool is known while exporting and checked now."""
     if isinstance(condition, torch.Tensor):
         torch.ops.aten._assert_async.msg(condition.all(), message)
-    elif _is_symbolic(condition):
-        # scalar_tensor keeps the size symbolic (no guard on it), so the check runs per call
+    elif isinstance(condition, bool) and not torch.compiler.is_dynamo_compiling():  # dynamo: SymBools pass
+        if not condition:
+            raise GuardError(message, expected=expected, actual="<other>", where=where)
+    else:  # symbolic: scalar_tensor keeps the size symbolic (no guard on it), so it is checked per call
         torch.ops.aten._assert_async.msg(torch.ops.aten.scalar_tensor.default(condition), message)
-    elif not condition:
-        raise GuardError(message, expected=expected, actual="<other>", where=where)
 
 
 def _equal(value: Any, expected: Any) -> Any:
@@ -95,11 +95,11 @@ def _check_truth(value: Any, expected: bool, what: str, where: str) -> None:
     message = _message(f"{what} == {expected}", f"{what} == {not expected}", where)
     if isinstance(value, torch.Tensor):
         condition: Any = value.bool() if expected else value.logical_not()
-    elif _is_symbolic(value):
-        truth = value if isinstance(value, torch.SymBool) else value != 0
+    elif isinstance(value, bool) and not torch.compiler.is_dynamo_compiling():  # dynamo: SymBools pass
+        condition = value is expected
+    else:  # a symbolic (or, under dynamo, possibly symbolic) bool or number
+        truth = value != 0 if isinstance(value, (int, float, torch.SymInt, torch.SymFloat)) else value
         condition = truth if expected else torch.sym_not(truth)  # type: ignore[no-untyped-call]
-    else:
-        condition = bool(value) is expected
     _assert(condition, message, what, expected, where)
 
 

@@ -203,7 +203,7 @@ class TestExport:
     def test_guards_false_warns_what_is_lost(self):
         """guards=False exports no checks and names each unchecked decision."""
         model, x = DataBranch().eval(), torch.randn(2, 8) + 2
-        with pytest.warns(SpecializationWarning, match=r"(?s)guards=False.*1 decision.*bool\(gt\) == True at .*test_export.py"):
+        with pytest.warns(SpecializationWarning, match=r"(?s)guards=False.*1 decision.*bool\(.*\) == True at .*test_export.py"):
             program = specfx.export(model, (x,), policy=Policy(bool=True), guards=False)
         assert not any("assert" in str(n.target) for n in program.graph.nodes)
 
@@ -249,13 +249,13 @@ class TestGuardsSurvive:
         program = specfx.export(model, (x,), policy=Policy(bool=True))
         for module in stages(program, calibration_of((x,))).values():
             torch.testing.assert_close(module(x), model(x), atol=0.2, rtol=0.1)
-            _fires(module, (torch.randn(3, 8) - 5,), SPECFX_MESSAGE + r" bool\(gt\) == True.*if x.mean\(\) > 0")
+            _fires(module, (torch.randn(3, 8) - 5,), SPECFX_MESSAGE + r" bool\(.*\) == True.*if x.mean\(\) > 0")
 
     def test_bool_on_a_size(self):
         model, x = ShapePredicate().eval(), torch.randn(3, 4)
         program = specfx.export(model, (x,), policy=Policy(bool=True))
         for module in stages(program, calibration_of((x,))).values():
-            _fires(module, (torch.randn(1, 4),), SPECFX_MESSAGE + r" bool\(gt\) == True.*if x.shape\[0\] > 1")
+            _fires(module, (torch.randn(1, 4),), SPECFX_MESSAGE + r" bool\(.*\) == True.*if x.shape\[0\] > 1")
 
     @pytest.mark.parametrize("kind, changes", [
         ("index", {(2, 3): -1.0}),
@@ -276,7 +276,7 @@ class TestGuardsSurvive:
         model, x = Rows().eval(), torch.tensor([[1.0, -1.0, 2.0, -3.0]] * 2)
         program = specfx.export(model, (x,), policy=Policy(iter=True))
         for module in stages(program, calibration_of((x,), 1)).values():
-            _fires(module, (torch.ones(2, 4),), SPECFX_MESSAGE + r" len\(nonzero\) == 4")
+            _fires(module, (torch.ones(2, 4),), SPECFX_MESSAGE + r" len\(.*\) == 4")
 
     def test_shapes_unpack_and_dtype(self):
         """Static facts (decided sizes, a chunk count, the structure of the inputs) are
@@ -328,7 +328,7 @@ class TestPT2E:
                      if len(set(model.gate(y).argmax(-1).tolist())) == len(used)
                      and torch.unique(model.gate(y).argmax(-1)).tolist() != used)
         self._round_trip(model, (x,), fresh, Policy(iter=True, scalars=True), (other,),
-                         SPECFX_MESSAGE + r" unique.tolist\(\) == \[.*for index in torch.unique\(choice\).tolist\(\)")
+                         SPECFX_MESSAGE + r" .*tolist\(\) == \[.*for index in torch.unique\(choice\).tolist\(\)")
 
     def test_transformers_mixtral(self):
         """Mixtral (tiny random config): torch.export fails in its expert loop, specfx exports it,
