@@ -66,10 +66,12 @@ def _assert(condition: Any, message: str, what: str, expected: Any, where: str) 
     ``aten._assert_async.msg``; a plain bool is known while exporting and checked now."""
     if isinstance(condition, torch.Tensor):
         torch.ops.aten._assert_async.msg(condition.all(), message)
-    elif isinstance(condition, bool) and not torch.compiler.is_dynamo_compiling():  # dynamo: SymBools pass
+    elif isinstance(condition, bool) or torch.compiler.is_dynamo_compiling():
+        # known now; under dynamo a condition on sizes becomes a guard of the compiled code
+        # (an input that breaks it recompiles, and this raises while compiling)
         if not condition:
             raise GuardError(message, expected=expected, actual="<other>", where=where)
-    else:  # symbolic: scalar_tensor keeps the size symbolic (no guard on it), so it is checked per call
+    else:  # export: scalar_tensor keeps the size symbolic (no guard on it), so it is checked per call
         torch.ops.aten._assert_async.msg(torch.ops.aten.scalar_tensor.default(condition), message)
 
 
@@ -95,11 +97,11 @@ def _check_truth(value: Any, expected: bool, what: str, where: str) -> None:
     message = _message(f"{what} == {expected}", f"{what} == {not expected}", where)
     if isinstance(value, torch.Tensor):
         condition: Any = value.bool() if expected else value.logical_not()
-    elif isinstance(value, bool) and not torch.compiler.is_dynamo_compiling():  # dynamo: SymBools pass
-        condition = value is expected
-    else:  # a symbolic (or, under dynamo, possibly symbolic) bool or number
-        truth = value != 0 if isinstance(value, (int, float, torch.SymInt, torch.SymFloat)) else value
-        condition = truth if expected else torch.sym_not(truth)  # type: ignore[no-untyped-call]
+    elif isinstance(value, bool) or torch.compiler.is_dynamo_compiling():
+        condition = bool(value) is expected
+    else:  # a symbolic bool or number: as a tensor, without guarding on it
+        number = torch.ops.aten.scalar_tensor.default(value)
+        condition = number != 0 if expected else number == 0
     _assert(condition, message, what, expected, where)
 
 
@@ -185,8 +187,10 @@ def _check_tolist(value: Any, expected: Any, what: str, where: str) -> None:
         return
     shape = torch.tensor(expected).shape  # the traced shape (a nested list of numbers)
     for dim, size in enumerate(shape):
-        _assert(_equal(value.size(dim), size), message, what, expected, where)
-        torch._check(value.size(dim) == size)  # type: ignore[no-untyped-call]  # lets export compare values
+        if not torch.compiler.is_dynamo_compiling():  # (dynamo: a data-dependent size takes torch._check only)
+            _assert(_equal(value.size(dim), size), message, what, expected, where)
+        # lets export and dynamo compare with the traced values
+        torch._check(value.size(dim) == size, lambda: message)  # type: ignore[no-untyped-call]
     _assert(_equal(value, expected), message, what, expected, where)
 
 
