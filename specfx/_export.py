@@ -315,7 +315,7 @@ def export(
     torch.Size([5, 3])
     >>> ep.module()(-torch.ones(2, 3))               # the other branch: the guard fires
     Traceback (most recent call last):
-    RuntimeError: specfx guard failed: the graph was specialized assuming bool(gt) == True, ...
+    RuntimeError: specfx guard failed: the graph was specialized assuming bool(x.sum() > 0) == True, ...
     """
     args, kwargs = _call_arguments(example_inputs, example_kwargs)
     gm = trace(root, example_inputs, example_kwargs, policy=policy, **trace_options)
