@@ -57,6 +57,11 @@ def _message(assumption: str, broken: str, where: str) -> str:
     )
 
 
+def _one_line(message: str) -> str:
+    """The message as Inductor can embed it in a C++ string literal (it escapes nothing)."""
+    return message.replace("\\", "/").replace('"', "'").replace("\n", " ")
+
+
 def _is_symbolic(value: Any) -> bool:
     return isinstance(value, (torch.SymBool, torch.SymInt, torch.SymFloat))
 
@@ -65,14 +70,14 @@ def _assert(condition: Any, message: str, what: str, expected: Any, where: str) 
     """Emit ``condition`` as a run-time assertion: a tensor or a symbolic bool becomes
     ``aten._assert_async.msg``; a plain bool is known while exporting and checked now."""
     if isinstance(condition, torch.Tensor):
-        torch.ops.aten._assert_async.msg(condition.all(), message)
+        torch.ops.aten._assert_async.msg(condition.all(), _one_line(message))
     elif isinstance(condition, bool) or torch.compiler.is_dynamo_compiling():
         # known now; under dynamo a condition on sizes becomes a guard of the compiled code
         # (an input that breaks it recompiles, and this raises while compiling)
         if not condition:
             raise GuardError(message, expected=expected, actual="<other>", where=where)
     else:  # export: scalar_tensor keeps the size symbolic (no guard on it), so it is checked per call
-        torch.ops.aten._assert_async.msg(torch.ops.aten.scalar_tensor.default(condition), message)
+        torch.ops.aten._assert_async.msg(torch.ops.aten.scalar_tensor.default(condition), _one_line(message))
 
 
 def _equal(value: Any, expected: Any) -> Any:
