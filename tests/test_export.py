@@ -16,9 +16,8 @@ from specfx import GuardError, Policy, SpecializationError, SpecializationWarnin
 from specfx._export import LOWERINGS, lower_guards
 from specfx.guards import GUARDS
 
-from .test_zoo import _load, zoo
-
-compare = _load("export_compare")  # tools/export_compare.py: the models of the docs' table
+from tools import export_compare as compare  # the models of the docs' table
+from tools import zoo
 DataBranch, Router = compare.DataBranch, compare.Router
 
 pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")

@@ -2,7 +2,7 @@
 """AOTInductor on a specialized model (CPU): specfx.export → aoti_compile_and_package →
 load → compare with eager → the guard fires in the compiled package.
 
-    PYTHONPATH=. python tools/aoti_export.py
+    python -m tools.aoti_export
 
 Not part of the test suite: the C++ compile takes about a minute on two cores
 (the time is printed; docs/quantization.md quotes one run).
@@ -11,7 +11,6 @@ Not part of the test suite: the C++ compile takes about a minute on two cores
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 
@@ -20,8 +19,7 @@ import torch
 import specfx
 from specfx import Policy
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export_compare import DataBranch
+from tools.export_compare import DataBranch
 
 
 def main() -> None:
