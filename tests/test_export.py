@@ -170,7 +170,7 @@ class TestExport:
     def test_guards_false_warns_what_is_lost(self):
         """guards=False exports no checks and names each unchecked decision."""
         model, x = DataBranch().eval(), torch.randn(2, 8) + 2
-        with pytest.warns(SpecializationWarning, match=r"(?s)guards=False.*1 decision.*bool\(.*\) == True at .*test_export.py"):
+        with pytest.warns(SpecializationWarning, match=r"(?s)guards=False.*1 decision.*bool\(.*\) == True at .*export_compare.py"):
             program = specfx.export(model, (x,), policy=Policy(bool=True), guards=False)
         assert not any("assert" in str(n.target) for n in program.graph.nodes)
 
