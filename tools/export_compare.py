@@ -162,8 +162,13 @@ def _route(run: Callable[[], Tuple[torch.nn.Module, str]], model: nn.Module, fre
         return {"result": f"fails: {type(error).__name__}: {first[:60]}", "kept": "–", "sqnr": "–",
                 "time": f"{time.perf_counter() - start:.1f}"}
     elapsed = time.perf_counter() - start
-    with torch.no_grad():
-        measured = sqnr(_output(model(*fresh[0], **fresh[1])), _output(quantized(*fresh[0], **fresh[1])))
+    try:
+        with torch.no_grad():
+            measured = sqnr(_output(model(*fresh[0], **fresh[1])), _output(quantized(*fresh[0], **fresh[1])))
+    except Exception as error:  # quantized, but the program does not run
+        first = str(error).strip().splitlines()[0]
+        return {"result": f"runs into {type(error).__name__}: {first[:60]}", "kept": kept, "sqnr": "–",
+                "time": f"{elapsed:.1f}"}
     return {"result": "quantized", "kept": kept, "sqnr": f"{measured:.1f}", "time": f"{elapsed:.1f}"}
 
 
