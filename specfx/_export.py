@@ -241,6 +241,9 @@ LOWERINGS: Dict[GuardKind, Callable[..., None]] = {
     GuardKind.IS_TENSOR: _check_identity("is_tensor"),
     GuardKind.TYPE: _check_type,
     GuardKind.VALUE: _check_value,
+    # whether an input has an attribute: fixed by the input's type, which export's input spec fixes
+    GuardKind.HAS_ATTR: lambda value, name, expected, what, where: _static(hasattr(value, name), expected,
+                                                                        what, where),
     # grad mode is the exporting code's: fixed for the program, as torch.export fixes it
     GuardKind.GRAD_ENABLED: lambda value, expected, what, where: _static(bool(value), expected, what, where),
 }
