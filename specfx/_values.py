@@ -210,6 +210,8 @@ class ValueProxy(Proxy):
 
     def __format__(self, spec: str) -> str:
         # f"{x.shape[0]}" and str(n) must read the value, not "Proxy(getitem)"
+        if value_of(self) is MISSING:
+            return format(Proxy.__repr__(self), spec)  # traced symbolically: torch.fx's text
         return self.tracer.resolve_format(self, spec)
 
     def __str__(self) -> str:

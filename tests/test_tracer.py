@@ -618,3 +618,14 @@ class TestBytecodeForms:
         assert constant_subscript(new, 0, forms_for((3, 11))) is None
         not_subscript = self._listing(("LOAD_ATTR", "shape", "shape"), ("LOAD_SMALL_INT", 1, "1"), ("BINARY_OP", 0, "+"))
         assert constant_subscript(not_subscript, 0, forms_for((3, 14))) is None
+
+
+class TestSymbolicFormatting:
+    def test_format_without_examples_is_torch_fx_text(self):
+        """Traced without examples, an f-string of a proxy reads as torch.fx's (no decision)."""
+
+        def f(x):
+            torch._assert(x.dim() == 2, f"bad {x}")
+            return x + 1
+
+        assert specfx.trace(f).code == torch.fx.symbolic_trace(f).code
