@@ -20,7 +20,7 @@ from ._values import MISSING, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, built
 try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch version lacks it
     from torch.fx.passes.shape_prop import _extract_tensor_metadata
 except ImportError:  # pragma: no cover - depends on the torch version
-    _extract_tensor_metadata = None
+    _extract_tensor_metadata = None  # type: ignore[assignment]  # checked for None before use
 
 __all__ = ["INPLACE_FUNCTIONS", "StateView", "Unevaluable", "concrete_values", "provenance", "proxies_in", "run_op", "tensor_meta"]
 

@@ -21,6 +21,7 @@ import torch.fx
 from .guards import GUARD_FUNCTIONS
 from ._messages import short_repr
 from ._report import explain as explain_graph
+from ._report import specializations
 from .errors import GuardError, VariantLimitError  # VariantLimitError: defined with the other errors
 
 __all__ = ["Specializer", "VariantLimitError"]
@@ -132,6 +133,8 @@ class Specializer(torch.nn.Module):
     2
     """
 
+    _model: Any  # set with object.__setattr__; declared so type checkers do not read it via Module.__getattr__
+
     def __init__(
         self,
         model: Any,
@@ -154,7 +157,7 @@ class Specializer(torch.nn.Module):
         for name in ("check_inputs", "example_inputs", "example_kwargs"):
             if name in trace_options:
                 raise TypeError(f"{name}= is not a Specializer option: the actual call's inputs are the examples")
-        object.__setattr__(self, "_model", model)
+        object.__setattr__(self, "_model", model)  # not a submodule: the model's tables are shared below
         if isinstance(model, torch.nn.Module):
             # Share the model's state so state_dict(), parameters() and .to() are the model's.
             self._parameters = model._parameters
@@ -190,7 +193,7 @@ class Specializer(torch.nn.Module):
 
     def _apply(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "Specializer":
         # .to()/.half()/... replace buffers: variants would hold the old ones.
-        result = super()._apply(fn, *args, **kwargs)
+        result = super()._apply(fn, *args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.reset()
         return result
 
@@ -271,7 +274,7 @@ class Specializer(torch.nn.Module):
             lines.append(f"\nvariant {index}: key {variant.key!r}, traced on {variant.inputs}; "
                          f"{prologue} guard(s) checked up front")
             lines.extend("  " + line for line in explain_graph(variant.graph).splitlines())
-            for record in variant.graph.specializations:
+            for record in specializations(variant.graph):
                 decisions.setdefault((record.kind, record.where, record.source), {})[index] = short_repr(record.value)
         differing = [(k, v) for k, v in decisions.items() if len(set(v.values())) > 1 or len(v) < len(self._all)]
         if len(self._all) > 1:

@@ -148,8 +148,9 @@ def _warn_changed(changed: Sequence[str]) -> None:
 
 def attach(gm: torch.fx.GraphModule, specializations: Sequence[Specialization], policy: Policy) -> None:
     """Store the records on ``gm`` so they survive deepcopy and pickling."""
-    gm.specializations = list(specializations)
-    gm.specfx_policy = policy
+    # setattr: nn.Module's __setattr__ is typed for tensors and modules only
+    setattr(gm, "specializations", list(specializations))  # noqa: B010
+    setattr(gm, "specfx_policy", policy)  # noqa: B010
     preserved = gm.meta.setdefault(_USER_PRESERVED_ATTRIBUTES_KEY, {})
     preserved["specializations"] = gm.specializations
     preserved["specfx_policy"] = policy
