@@ -122,7 +122,7 @@ def _guard(check: _G) -> _G:
     def guard(value: Any, *args: Any) -> Any:
         if isinstance(value, Proxy) or _is_foreign_proxy(value):
             return value.tracer.create_proxy("call_function", guard, (value, *args), {})
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() and guard in COMPILED:
             # torch.compile / torch.export: a Python check would break the graph or run once on
             # fake values; emit the export-native assertion instead (specfx/_export.py owns it)
             return COMPILED[guard](value, *args)
