@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, NoReturn, Optional, 
 import torch
 import torch.fx
 from torch.fx.node import Node
-from torch.fx.proxy import Proxy, TracerBase
+from torch.fx.proxy import Proxy
 
 from . import _ambient, _messages, _patches
 from ._bytecode import constant_subscript_next, unpack_count
@@ -274,11 +274,6 @@ class SpecTracer(torch.fx.Tracer):
             return a.node
         if type(a) in _PLAIN_ARGUMENT_TYPES:  # torch.fx's Tracer checks these slowly, for nothing
             return a
-        if type(a) in (tuple, list, dict):
-            # Every node's args tuple and kwargs dict: torch.fx's Tracer.create_arg checks a
-            # plain container against Parameter, Tensor, Module, namedtuple and its constant and
-            # opaque types (none can match) before TracerBase maps over the elements; go there.
-            return TracerBase.create_arg(self, a)
         return super().create_arg(a)
 
     def create_args_for_root(self, root_fn: Callable[..., Any], is_module: bool, concrete_args: Any = None) -> Any:
