@@ -37,6 +37,7 @@ from .guards import (  # noqa: F401 - generated graph code imports the guards fr
     guard_value,
 )
 from ._policy import Policy, Specialize
+from ._structure import flatten_inputs, rebuild_outputs  # noqa: F401 - called by generated graph code
 from ._report import explain, specializations
 from ._scope import specialize
 from ._specializer import Specializer

@@ -30,8 +30,9 @@ _UNARY = {operator.neg: "-", operator.pos: "+", operator.invert: "~", operator.n
 
 
 def input_name(node: Node) -> str:
-    """The argument a placeholder stands for (``*args`` -> ``args``)."""
-    return str(node.target).lstrip("*")
+    """The argument a placeholder stands for (``*args`` -> ``args``; a leaf of a container
+    input by its key path, ``batch['ids']``, as _structure.py records it)."""
+    return node.meta.get("specfx_input") or str(node.target).lstrip("*")
 
 
 def depends_on_text(inputs: Tuple[str, ...]) -> str:

@@ -39,6 +39,8 @@ class UnsafeFileError(ValueError):
 class Opaque:
     """Stands for an object the reader does not build; keeps its call arguments."""
 
+    args: Tuple[Any, ...] = ()  # also when made by __new__ alone (a pickled dataclass such as a TreeSpec)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.args = args
 

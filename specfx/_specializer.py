@@ -22,6 +22,7 @@ from .guards import GUARD_FUNCTIONS
 from ._messages import short_repr
 from ._report import explain as explain_graph
 from ._report import specializations
+from ._structure import entry_only
 from .errors import GuardError, VariantLimitError  # VariantLimitError: defined with the other errors
 
 __all__ = ["Specializer", "VariantLimitError"]
@@ -81,6 +82,8 @@ def build_prologue(gm: torch.fx.GraphModule) -> Optional[torch.fx.GraphModule]:
             copied.meta = dict(node.meta)
             copies[node] = copied
     graph.output(None)
+    # the same signature and entry check as the variant (inputs given as containers flatten alike)
+    graph._codegen = entry_only(gm.graph._codegen)
     return torch.fx.GraphModule(gm, graph, f"{type(gm).__name__}Prologue")
 
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, NoReturn, Optional, 
 
 import torch
 import torch.fx
+from torch.fx.graph_module import _CodeOnlyModule
 from torch.fx.node import Node
 from torch.fx.proxy import Proxy
 
@@ -40,6 +41,8 @@ from ._roots import definition_line, optional_parameters, put_varargs_before_key
 from ._scope import annotations_active, current_layers, fresh_layers, push_layer, reset_layers
 from ._source import SourceLocation, user_frame, user_location
 from ._state import NO_STATE
+from ._structure import StructuredCodeGen, structured_root
+from ._structure import create_args as create_structured_args
 from ._values import (
     MISSING,
     SCALAR_METHODS,
@@ -137,6 +140,7 @@ class SpecTracer(torch.fx.Tracer):
         self._refusals: list[BaseException] = []
         self._failed_ops: list[Tuple[BaseException, str, Optional[SourceLocation]]] = []
         self._concrete_names: frozenset = frozenset()
+        self._codegen: Optional[StructuredCodeGen] = None  # inputs/outputs as pytrees (_structure.py)
 
     @property
     def specializations(self) -> list[Specialization]:
@@ -256,7 +260,10 @@ class SpecTracer(torch.fx.Tracer):
             self._state_names.update({id(b): n for n, b in self.root.named_buffers()})
         is_parameter = isinstance(attr_val, torch.nn.Parameter)
         name = self._state_names.get(id(attr_val))
-        if name is None or not (is_parameter or self.examples is not None or self.proxy_buffer_attributes):
+        # Re-tracing generated code (unpickling, specfx.trace(gm)) proxies buffers too: the code
+        # slices them by symbolic sizes (`position_ids[:, :size_1]`), which a tensor cannot take.
+        if name is None or not (is_parameter or self.examples is not None or self.proxy_buffer_attributes
+                                or self._codegen is not None or _is_generated(self.root)):
             return attr_val
         proxy = parameter_proxy_cache.get(name)
         if proxy is None:
@@ -278,18 +285,27 @@ class SpecTracer(torch.fx.Tracer):
 
     def create_args_for_root(self, root_fn: Callable[..., Any], is_module: bool, concrete_args: Any = None) -> Any:
         """Called once to make the placeholders; an example that is ``None``
-        is passed to the code as ``None`` (so ``x is None`` answers truly) and guarded."""
+        is passed to the code as ``None`` (so ``x is None`` answers truly) and guarded.
+        With examples (or re-tracing specfx's generated code) the placeholders are the
+        leaves of the inputs and the graph checks their structure at entry (_structure.py)."""
+        where = definition_line(root_fn)
+        if not concrete_args and (self.examples is not None or structured_root(self.root)):
+            if self.examples is not None:
+                self._patch_isinstance()
+            fn, leaves, self._codegen = create_structured_args(
+                self, root_fn, is_module, self.examples,
+                baked=lambda proxy, value, label: self.decide(Decision(
+                    proxy, GuardKind.VALUE, Specialize.NONE, value, (fingerprint(value),), label, f"`{label}`",
+                    location=where)),
+                none_input=lambda proxy: self._none(proxy, where),
+                call=with_root_hooks(root_fn, self.root, self.refuse) if is_module else root_fn,
+            )
+            return fn, leaves
         fn, args = super().create_args_for_root(root_fn, is_module, concrete_args)
         put_varargs_before_keyword_only(self.graph, root_fn)
         if self.examples is None:
             return fn, args
-        # With values, Python-level isinstance() answers as a proxy's value does, in model
-        # code and library helpers alike (transformers checks `isinstance(mask, torch.Tensor)`
-        # in its mask utilities). C code keeps the real answer: a Proxy is never taken for a
-        # tensor there. Other threads keep the previous isinstance. Patched here, when the first
-        # proxies exist, not when trace() starts: torch.fx first walks every module's attributes
-        # (collect_tensor_attrs), a quarter of a trace's isinstance calls.
-        _patches.patch(builtins, "isinstance", traced_isinstance, only_for=(ValueProxy,))
+        self._patch_isinstance()
         if is_module:
             fn = with_root_hooks(fn, self.root, self.refuse)
         where = definition_line(root_fn)
@@ -303,6 +319,21 @@ class SpecTracer(torch.fx.Tracer):
                     self._not_none(arg, where)
             new_args.append(arg)
         return fn, new_args
+
+    def _patch_isinstance(self) -> None:
+        # With values, Python-level isinstance() answers as a proxy's value does, in model
+        # code and library helpers alike (transformers checks `isinstance(mask, torch.Tensor)`
+        # in its mask utilities). C code keeps the real answer: a Proxy is never taken for a
+        # tensor there. Other threads keep the previous isinstance. Patched when the first
+        # proxies are made, not when trace() starts: torch.fx first walks every module's
+        # attributes (collect_tensor_attrs), a quarter of a trace's isinstance calls.
+        _patches.patch(builtins, "isinstance", traced_isinstance, only_for=(ValueProxy,))
+
+    def note_input_kinds(self, kinds: Optional[str]) -> None:
+        """Called when specfx's generated entry check runs on this trace's own inputs
+        (re-tracing a specfx graph without examples): the new graph checks the same kinds."""
+        if self.examples is None and self._codegen is not None:
+            self._codegen.kinds = kinds
 
     # -- values ----------------------------------------------------------------------------
 
@@ -679,3 +710,9 @@ def _config_fix(proxy: ValueProxy, value: Any) -> Optional[str]:
     if type(proxy) is ValueProxy and proxy.node.op == "placeholder" and not isinstance(value, torch.Tensor):
         return f"bake the input in with concrete_args={{{proxy.node.target!r}: {value!r}}}"
     return None
+
+
+def _is_generated(root: Any) -> bool:
+    """Whether ``root`` runs torch.fx-generated code (a GraphModule, or the stand-in
+    module that unpickling a GraphModule re-traces)."""
+    return isinstance(root, (torch.fx.GraphModule, _CodeOnlyModule))

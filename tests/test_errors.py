@@ -90,13 +90,26 @@ class TestSpecializationError:
         )
 
     def test_config_input_suggests_concrete_args(self):
-        """A Python bool input used in `if` also suggests concrete_args."""
+        """A Python int input used in `if` also suggests concrete_args."""
+
+        def f(x, n):
+            return x + 1 if n else x
+
+        with pytest.raises(SpecializationError, match=r"concrete_args=\{'n': 2\}"):
+            specfx.trace(f, (torch.ones(1), 2))
+
+    def test_bool_input_is_its_value_guarded_at_entry(self):
+        """A Python bool input is the code's own value (so `flag is True` answers as in eager),
+        recorded and checked at graph entry."""
 
         def f(x, flag):
-            return x + 1 if flag else x
+            return x + 1 if flag is True else x
 
-        with pytest.raises(SpecializationError, match=r"concrete_args=\{'flag': True\}"):
-            specfx.trace(f, (torch.ones(1), True))
+        gm = specfx.trace(f, (torch.ones(1), True))
+        assert [s.guard_description for s in gm.specializations] == ["flag == True"]
+        assert torch.equal(gm(torch.ones(1), True), torch.full((1,), 2.0))
+        with pytest.raises(GuardError, match="flag == False"):
+            gm(torch.ones(1), False)
 
 
 class TestGuardError:

@@ -134,7 +134,7 @@ class TestIterLen:
         batch = {"a": torch.ones(2), "b": torch.ones(2)}
         gm = specfx.trace(f, (batch,), policy=Policy(iter=True))
         assert torch.equal(gm(batch), f(batch))
-        with pytest.raises(GuardError, match=r"tuple\(batch.keys\(\)\)"):
+        with pytest.raises(GuardError, match=r"batch has keys \(.a., .c.\), traced with keys"):
             gm({"a": torch.ones(2), "c": torch.ones(2)})
 
 
