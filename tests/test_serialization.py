@@ -101,6 +101,7 @@ LOADER = textwrap.dedent("""
     import torch, specfx
     import torch.utils._pytree as pytree
     results = {}
+    torch.set_num_threads(int(sys.argv[2]))  # the saving process's: same kernels, same bits
     for name, path in json.loads(sys.argv[1]).items():
         try:
             gm = torch.load(path + ".graph.pt", weights_only=False)
@@ -141,7 +142,8 @@ def loaded(tmp_path_factory):
         torch.save((other, expected, violating, len(gm.specializations)), path + ".io.pt")
         paths[name], expected_types[name] = path, (type(expected).__name__, len(gm.specializations))
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(FIXTURES)]), HF_HUB_OFFLINE="1")
-    done = subprocess.run([sys.executable, "-c", LOADER, json.dumps(paths)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", LOADER, json.dumps(paths), str(torch.get_num_threads())],
+                          capture_output=True, text=True,
                           env=environment, cwd=str(ROOT), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), expected_types
