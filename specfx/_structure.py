@@ -44,7 +44,7 @@ from torch.utils import _pytree as pytree
 
 from .errors import GuardError
 
-__all__ = ["StructuredCodeGen", "entry_only", "flatten_inputs", "leaf_kind", "rebuild_outputs", "structured_root"]
+__all__ = ["StructuredCodeGen", "entry_only", "flatten_inputs", "is_plain", "leaf_kind", "rebuild_outputs", "structured_root"]
 
 # Leaf kinds checked at entry: code -> (description, test). '-' is not checked.
 _KINDS: Dict[str, Tuple[str, Callable[[Any], bool]]] = {
@@ -58,6 +58,17 @@ _KINDS: Dict[str, Tuple[str, Callable[[Any], bool]]] = {
 # Python values a trace cannot keep symbolic (identity, hashing, formatting): passed to the
 # code as themselves and checked for equality at entry (a "value" decision).
 BAKED_TYPES = (bool, str, bytes, enum.Enum, torch.dtype, torch.device)
+
+
+def _is_proxy(value: Any) -> bool:
+    """A tracer's proxy: torch.fx's, or a copy of torch.fx's (Brevitas' backport) by name."""
+    return isinstance(value, Proxy) or any(cls.__name__ == "Proxy" for cls in type(value).__mro__)
+
+
+def is_plain(codegen: Any) -> bool:
+    """Whether ``codegen`` only checks kinds: every input a leaf, torch.fx's own ``return``."""
+    return (isinstance(codegen, StructuredCodeGen) and codegen.pytree_info.out_spec is None
+            and all(child.is_leaf() for child in codegen.pytree_info.in_spec.children()))
 
 
 def leaf_kind(value: Any) -> str:
@@ -164,7 +175,7 @@ def flatten_inputs(values: Tuple[Any, ...], spec: pytree.TreeSpec, kinds: Option
         if child.num_leaves == 1 and child.num_nodes == 1:
             leaves.append(value)
             continue
-        if isinstance(value, Proxy):  # re-traced by a tracer that does not know the structure
+        if _is_proxy(value):  # re-traced by a tracer that does not know the structure
             return value.tracer.create_proxy("call_function", flatten_inputs, (values, spec, kinds), {})
         flat, actual = pytree.tree_flatten(value)
         if actual != child:
@@ -176,7 +187,7 @@ def flatten_inputs(values: Tuple[Any, ...], spec: pytree.TreeSpec, kinds: Option
     for position, (leaf, kind) in enumerate(zip(leaves, kinds)):
         if kind == "-":
             continue
-        if isinstance(leaf, Proxy):
+        if _is_proxy(leaf):
             tracer = leaf.tracer
             continue
         if not _KINDS[kind][1](leaf):
@@ -209,7 +220,7 @@ def rebuild_outputs(leaves: List[Any], spec: pytree.TreeSpec) -> Any:
     """The graph's exit: the output rebuilt with the container types eager returned.
     Called by generated code."""
     for leaf in leaves:
-        if isinstance(leaf, Proxy):
+        if _is_proxy(leaf):
             if _retracing_own_code(leaf.tracer, spec):
                 return _Rebuilt(list(leaves), spec)
             return leaf.tracer.create_proxy("call_function", rebuild_outputs, (list(leaves), spec), {})

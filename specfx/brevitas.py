@@ -33,6 +33,7 @@ from brevitas.backport.fx.graph_module import (  # type: ignore[import-untyped]
 )
 from brevitas.backport.fx.graph_module import GraphModule as BrevitasGraphModule
 
+from ._structure import is_plain
 from .guards import GUARDS
 
 __all__ = ["to_brevitas_graph"]
@@ -75,7 +76,8 @@ def to_brevitas_graph(gm: torch.fx.GraphModule) -> Any:
         return gm
     if not isinstance(gm, torch.fx.GraphModule):
         raise TypeError(f"to_brevitas_graph() takes a torch.fx.GraphModule, not {type(gm).__name__}")
-    if type(gm.graph._codegen) is not torch.fx.graph.CodeGen:
+    # specfx's entry check on plain inputs/outputs copies as plain code (its kind checks are dropped)
+    if type(gm.graph._codegen) is not torch.fx.graph.CodeGen and not is_plain(gm.graph._codegen):
         raise TypeError(
             "to_brevitas_graph() cannot copy a graph whose inputs or outputs are packed by "
             f"{type(gm.graph._codegen).__name__} (Brevitas' copy of torch.fx has its own pytree types); "

@@ -25,6 +25,8 @@ examples:
   specfx trace mypkg.models:build_detector --input 'randn(2, 3, 512, 512)' --policy iter,bool \\
       --out detector_graph.py --save detector.pt
   specfx trace mypkg.ops:fused_op --function --input 'randn(4, 8)' --kwarg 'scale=0.5'
+  specfx trace mypkg.models:tiny_distilbert --kwarg 'input_ids=randint(0, 100, (2, 8))' \\
+      --kwarg 'attention_mask=ones(2, 8, dtype=int64)' --policy bool --check 3
   specfx explain detector.pt
 
 --input/--kwarg values: a torch factory call (randn, rand, zeros, ones, empty, full,

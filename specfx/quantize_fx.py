@@ -42,7 +42,7 @@ def prepare_fx(
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
     >>> gm = specfx.trace(model, torch.randn(2, 4))
     >>> with warnings.catch_warnings():
-    ...     warnings.simplefilter("ignore", DeprecationWarning)
+    ...     warnings.simplefilter("ignore")  # torch.ao.quantization deprecation and observer notices
     ...     prepared = prepare_fx(gm, get_default_qconfig_mapping("x86"), (torch.randn(2, 4),))
     ...     _ = prepared(torch.randn(8, 4))  # calibrate
     ...     quantized = convert_fx(prepared)

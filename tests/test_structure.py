@@ -337,3 +337,21 @@ class TestRetrace:
             batch = {"x": torch.full((2,), sign)}
             assert torch.equal(spec(batch), f(batch))
         assert len(spec.variants) == 2
+
+
+# -- the CLI on a transformers factory ---------------------------------------------------------
+
+
+def tiny_distilbert() -> nn.Module:
+    """A factory for `specfx trace tests.test_structure:tiny_distilbert ...`."""
+    return distilbert()
+
+
+def test_cli_check_on_a_transformers_factory(capsys):
+    """`specfx trace ... --check N` passes on a transformers model: outputs compare with their types."""
+    from specfx.cli import main
+
+    code = main(["trace", "tests.test_structure:tiny_distilbert", "--kwarg", "input_ids=randint(0, 100, (2, 8))",
+                 "--kwarg", "attention_mask=ones(2, 8, dtype=int64)", "--policy", "bool", "--check", "2"])
+    assert code == 0, capsys.readouterr().err
+    assert "2 check input(s) agree with eager" in capsys.readouterr().err
