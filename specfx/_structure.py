@@ -169,33 +169,62 @@ def flatten_inputs(values: Tuple[Any, ...], spec: pytree.TreeSpec, kinds: Option
     """The graph's entry: check ``values`` (one per parameter) against the traced
     structure ``spec`` and leaf ``kinds``, and return the leaves (the placeholders).
     Called by generated code; raises :class:`GuardError` naming the input."""
-    names = spec.context
+    # Runs on every call: the common case (tensors and numbers as parameters) stays a few
+    # attribute reads and type tests per input; anything unusual goes to _check_leaf.
     leaves: List[Any] = []
-    for index, (value, child) in enumerate(zip(values, spec.children())):
-        if child.num_leaves == 1 and child.num_nodes == 1:
+    children = spec.children()
+    for index, value in enumerate(values):
+        child = children[index]
+        if child.num_nodes == 1 and child.num_leaves == 1:
             leaves.append(value)
             continue
+        if (type(value) is child.type and child.type in _PLAIN and child.num_leaves == child.num_children
+                and child.num_nodes == child.num_leaves + 1 == len(value) + 1):
+            # one level of a tuple/list/dict of leaves: no pytree walk (a dict's keys in order)
+            if child.type is dict:
+                if list(value) == child.context:
+                    leaves.extend(value.values())
+                    continue
+            elif child.type in (list, tuple):
+                leaves.extend(value)
+                continue
         if _is_proxy(value):  # re-traced by a tracer that does not know the structure
             return value.tracer.create_proxy("call_function", flatten_inputs, (values, spec, kinds), {})
         flat, actual = pytree.tree_flatten(value)
         if actual != child:
-            raise _entry_error(*_first_difference(value, child, names[index]))
+            raise _entry_error(*_first_difference(value, child, spec.context[index]))
         leaves.extend(flat)
     if kinds is None:
         return leaves
-    tracer: Any = None
-    for position, (leaf, kind) in enumerate(zip(leaves, kinds)):
-        if kind == "-":
+    traced = False
+    for position, kind in enumerate(kinds):
+        leaf = leaves[position]
+        if kind == "t":
+            if isinstance(leaf, torch.Tensor):
+                continue
+        elif kind == "-" or type(leaf) is _EXACT.get(kind):
             continue
-        if _is_proxy(leaf):
-            tracer = leaf.tracer
-            continue
-        if not _KINDS[kind][1](leaf):
-            paths = [p for i, c in enumerate(spec.children()) for p in _leaf_paths(c, names[i])]
-            raise _entry_error(paths[position], "is " + _describe(leaf), "as " + _KINDS[kind][0])
-    if tracer is not None and _retracing_own_code(tracer, spec):  # keep the checks in the new graph
-        tracer.note_input_kinds(kinds)
+        traced = _check_leaf(leaf, kind, position, spec) or traced
+    if traced:
+        tracer = next(leaf.tracer for leaf in leaves if _is_proxy(leaf))
+        if _retracing_own_code(tracer, spec):  # keep the checks in the new graph
+            tracer.note_input_kinds(kinds)
     return leaves
+
+
+_PLAIN = (tuple, list, dict)
+_EXACT = {"i": int, "f": float, "c": complex, "b": bool, "s": str}
+
+
+def _check_leaf(leaf: Any, kind: str, position: int, spec: pytree.TreeSpec) -> bool:
+    """The slow path of the entry check: True for a tracer's proxy, else raise unless
+    ``leaf`` is of ``kind`` (a SymInt/SymFloat passes as an int/float)."""
+    if _is_proxy(leaf):
+        return True
+    if not _KINDS[kind][1](leaf):
+        paths = [p for i, c in enumerate(spec.children()) for p in _leaf_paths(c, spec.context[i])]
+        raise _entry_error(paths[position], "is " + _describe(leaf), "as " + _KINDS[kind][0])
+    return False
 
 
 def _retracing_own_code(tracer: Any, spec: pytree.TreeSpec) -> bool:
