@@ -11,13 +11,14 @@ so a miss costs at most the part of one forward before that guard.
 
 from __future__ import annotations
 
-import operator
 import threading
-from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
 
+from ._options import check_trace_options, split_concrete
+from ._variants import Checkpoint, Variant
 from .guards import GUARD_FUNCTIONS
 from ._messages import short_repr
 from ._report import explain as explain_graph
@@ -25,80 +26,23 @@ from ._report import specializations
 from ._structure import entry_only
 from .errors import GuardError, VariantLimitError  # VariantLimitError: defined with the other errors
 
-__all__ = ["Specializer", "VariantLimitError"]
+__all__ = ["Specializer", "SpecializerStats", "VariantLimitError"]
 
 _GUARD_FUNCTIONS = GUARD_FUNCTIONS
-# Ops that only read input metadata: a guard depending on nothing else can run up front.
-_METADATA_FUNCTIONS = frozenset(
-    {getattr, len, operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv,
-     operator.truediv, operator.mod, operator.neg, operator.eq, operator.ne, operator.lt,
-     operator.le, operator.gt, operator.ge, operator.and_, operator.or_, operator.not_,
-     operator.contains}
-)
-_METADATA_METHODS = frozenset({"size", "dim", "numel", "nelement", "keys", "items", "values"})
-_METADATA_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "device", "is_cuda", "layout"})
+_MISS: Any = object()
 
 
-def _is_metadata_node(node: torch.fx.Node) -> bool:
-    if node.op in ("placeholder", "get_attr"):
-        return True
-    if node.op == "call_method":
-        return node.target in _METADATA_METHODS
-    if node.op == "call_function":
-        if node.target is getattr:
-            return len(node.args) > 1 and node.args[1] in _METADATA_ATTRIBUTES
-        return node.target in _METADATA_FUNCTIONS
-    return False
+class SpecializerStats(NamedTuple):
+    """What a :class:`Specializer` did so far (``spec.stats``): ``calls``; ``hits``
+    (calls answered by an existing variant); ``misses`` (variants tried and rejected,
+    by their prologue or by a guard on data); ``retraces`` (variants traced);
+    ``restores`` (rejections after which inputs, buffers and RNG were put back)."""
 
-
-def build_prologue(gm: torch.fx.GraphModule) -> Optional[torch.fx.GraphModule]:
-    """A graph with the same inputs as ``gm`` that runs only ``gm``'s guards on
-    input metadata (None if there are none)."""
-    cone: Dict[torch.fx.Node, bool] = {}
-
-    def metadata_only(node: torch.fx.Node) -> bool:
-        if node not in cone:
-            cone[node] = _is_metadata_node(node) and all(metadata_only(n) for n in node.all_input_nodes)
-        return cone[node]
-
-    keep = set()
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in _GUARD_FUNCTIONS:
-            if all(metadata_only(n) for n in node.all_input_nodes):
-                keep.add(node)
-                stack = list(node.all_input_nodes)
-                while stack:
-                    dependency = stack.pop()
-                    if dependency not in keep:
-                        keep.add(dependency)
-                        stack.extend(dependency.all_input_nodes)
-    if not any(n.op == "call_function" and n.target in _GUARD_FUNCTIONS for n in keep):
-        return None
-    graph = torch.fx.Graph()
-    copies: Dict[torch.fx.Node, torch.fx.Node] = {}
-    for node in gm.graph.nodes:
-        if node.op == "placeholder" or node in keep:
-            copied = graph.node_copy(node, lambda n: copies[n])
-            copied.meta = dict(node.meta)
-            copies[node] = copied
-    graph.output(None)
-    # the same signature and entry check as the variant (inputs given as containers flatten alike)
-    graph._codegen = entry_only(gm.graph._codegen)
-    return torch.fx.GraphModule(gm, graph, f"{type(gm).__name__}Prologue")
-
-
-class _Variant:
-    __slots__ = ("graph", "prologue", "key", "inputs", "run", "check")
-
-    def __init__(self, graph: torch.fx.GraphModule, key: Hashable, inputs: str) -> None:
-        self.graph = graph
-        self.prologue = build_prologue(graph)
-        self.key = key
-        self.inputs = inputs
-        # The generated functions themselves: the variants carry no hooks, so skipping
-        # nn.Module.__call__ saves microseconds on every call.
-        self.run = graph.forward
-        self.check = self.prologue.forward if self.prologue is not None else None
+    calls: int
+    hits: int
+    misses: int
+    retraces: int
+    restores: int
 
 
 def _describe_inputs(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
@@ -160,6 +104,10 @@ class Specializer(torch.nn.Module):
         for name in ("check_inputs", "example_inputs", "example_kwargs"):
             if name in trace_options:
                 raise TypeError(f"{name}= is not a Specializer option: the actual call's inputs are the examples")
+        if trace_options.get("guards", True) is False:
+            raise ValueError("guards=False is not a Specializer option: a variant without guards would answer "
+                             "every input, right or wrong; the guards are how the Specializer chooses a variant")
+        check_trace_options(trace_options, caller="Specializer")
         object.__setattr__(self, "_model", model)  # not a submodule: the model's tables are shared below
         if isinstance(model, torch.nn.Module):
             # Share the model's state so state_dict(), parameters() and .to() are the model's.
@@ -174,8 +122,14 @@ class Specializer(torch.nn.Module):
         self.cache_key = cache_key
         self.trace_options = trace_options
         self._lock = threading.Lock()
-        self._by_key: Dict[Hashable, Tuple[_Variant, ...]] = {}
-        self._all: List[_Variant] = []
+        self._by_key: Dict[Hashable, Tuple[Variant, ...]] = {}
+        self._all: List[Variant] = []
+        self._counts = [0, 0, 0, 0, 0]  # calls, hits, misses, retraces, restores
+
+    @property
+    def stats(self) -> SpecializerStats:
+        """Counts of calls, hits, misses, retraces and restores so far."""
+        return SpecializerStats(*self._counts)
 
     @property
     def model(self) -> Any:
@@ -214,26 +168,44 @@ class Specializer(torch.nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the first variant whose guards hold for these inputs, tracing a new one if none does."""
+        self._counts[0] += 1
         key = self._key(args, kwargs)
-        failures: List[Tuple[_Variant, GuardError]] = []
+        failures: List[Tuple[Variant, BaseException]] = []
         variants = self._by_key.get(key, ())
         for variant in variants:
             # With one variant the graph's own guards decide; prologues only choose among several.
             if variant.check is not None and len(variants) > 1:
                 try:
                     variant.check(*args, **kwargs)
-                except GuardError as error:
+                except Exception as error:  # a guard, or an input the prologue cannot read: a miss
+                    self._counts[2] += 1
                     failures.append((variant, error))
                     continue
-            try:
-                return variant.run(*args, **kwargs)
-            except GuardError as error:  # a guard on data, after part of the forward ran
-                failures.append((variant, error))
+            result = self._attempt(variant, args, kwargs, failures)
+            if result is not _MISS:
+                self._counts[1] += 1
+                return result
         return self._call_new_variant(key, args, kwargs, failures)
+
+    def _attempt(self, variant: Variant, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                 failures: List[Tuple[Variant, BaseException]]) -> Any:
+        """Run ``variant``; on a guard failure put back what it wrote (when it may have
+        written before the guard) and return _MISS."""
+        checkpoint = Checkpoint(args, kwargs, self._model) if (
+            variant.effectful and self.on_guard_failure == "retrace") else None
+        try:
+            return variant.run(*args, **kwargs)
+        except GuardError as error:  # a guard on data, after part of the forward ran
+            self._counts[2] += 1
+            if checkpoint is not None:
+                checkpoint.restore()
+                self._counts[4] += 1
+            failures.append((variant, error))
+            return _MISS
 
     def _call_new_variant(
         self, key: Hashable, args: Tuple[Any, ...], kwargs: Dict[str, Any],
-        failures: List[Tuple[_Variant, GuardError]],
+        failures: List[Tuple[Variant, BaseException]],
     ) -> Any:
         from ._trace import trace
 
@@ -242,21 +214,28 @@ class Specializer(torch.nn.Module):
             tried = {id(variant) for variant, _ in failures}
             for variant in existing:  # another thread may have traced a fitting variant meanwhile
                 if id(variant) not in tried:
-                    try:
-                        return variant.run(*args, **kwargs)
-                    except GuardError as error:
-                        failures.append((variant, error))
+                    result = self._attempt(variant, args, kwargs, failures)
+                    if result is not _MISS:
+                        self._counts[1] += 1
+                        return result
             if failures and self.on_guard_failure == "raise":
                 raise failures[0][1]
             if len(existing) >= self.max_variants:
                 raise VariantLimitError(self._limit_message(failures))
-            graph = trace(self._model, args, kwargs, policy=self.policy, **self.trace_options)
-            variant = _Variant(graph, key, _describe_inputs(args, kwargs))
+            options = dict(self.trace_options)
+            model: Any = self._model
+            if options.get("concrete_args"):  # this call's values of those parameters are baked in
+                example_kwargs, options["concrete_args"] = split_concrete(model, args, kwargs, options["concrete_args"])
+                graph = trace(model, None, example_kwargs, policy=self.policy, **options)
+            else:
+                graph = trace(model, args, kwargs, policy=self.policy, **options)
+            self._counts[3] += 1
+            variant = Variant(graph, key, _describe_inputs(args, kwargs), self._model)
             self._by_key = {**self._by_key, key: existing + (variant,)}
             self._all = self._all + [variant]
         return variant.run(*args, **kwargs)
 
-    def _limit_message(self, failures: List[Tuple[_Variant, GuardError]]) -> str:
+    def _limit_message(self, failures: List[Tuple[Variant, BaseException]]) -> str:
         lines = [f"no variant of the traced model fits this input and max_variants={self.max_variants} is reached:"]
         for variant, error in failures:
             index = self._all.index(variant)

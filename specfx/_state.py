@@ -40,7 +40,7 @@ import torch.fx
 
 from ._evaluation import INPLACE_FUNCTIONS
 
-__all__ = ["NO_STATE", "StateKeeper", "TraceState", "clone_example", "preserved_state"]
+__all__ = ["NO_STATE", "StateKeeper", "TraceState", "clone_example", "preserved_state", "restore_contents"]
 
 
 # -- example inputs --------------------------------------------------------------------------
@@ -356,7 +356,7 @@ class StateKeeper:
                     if not _updates_in_place(value, qualified):
                         self.assigned.append(qualified)
         for name, container, contents in self._containers:
-            if _restore_contents(container, contents):
+            if restore_contents(container, contents):
                 self.changed.append(name)
         lost = []
         for name, param, requires_grad, grad, version in self._params:
@@ -384,7 +384,7 @@ _TABLES = frozenset(torch.nn.Module().__dict__)
 _MUTABLE = (list, dict, set, collections.OrderedDict)
 
 
-def _restore_contents(container: Any, contents: Any) -> bool:
+def restore_contents(container: Any, contents: Any) -> bool:
     """Put ``contents`` back into the user's container in place; whether it had changed."""
     if isinstance(container, dict):
         if container.keys() == contents.keys() and all(container[k] is v for k, v in contents.items()):

@@ -13,13 +13,14 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, T
 import torch
 import torch.fx
 from torch.fx.graph_module import _USER_PRESERVED_ATTRIBUTES_KEY
-from torch.utils import _pytree as pytree
 
 from ._decisions import Specialization
+from ._options import check_autowrap, guard_concrete_args, guard_input_types, tensor_defaults_as_inputs, traceable_root
 from ._policy import Policy, Specialize, parse_flags
-from ._state import TraceState, clone_example, preserved_state
+from ._state import clone_example, preserved_state
+from ._check import check
 from ._tracer import TRACE_LOCK, SpecTracer
-from .errors import GuardError, SpecializationWarning, TraceCheckError, docs_pointer
+from .errors import SpecializationWarning, docs_pointer
 
 __all__ = ["trace"]
 
@@ -35,6 +36,7 @@ def trace(
     concrete_args: Optional[Dict[str, Any]] = None,
     guards: bool = True,
     check_inputs: Optional[Sequence[Any]] = None,
+    check_tolerance: Optional[Tuple[float, float]] = None,
     leaf_modules: Optional[Iterable[Any]] = None,
     autowrap_functions: Tuple[Callable[..., Any], ...] = (),
     autowrap_modules: Tuple[types.ModuleType, ...] = (math,),
@@ -53,7 +55,9 @@ def trace(
     :class:`Policy` (or a :class:`Specialize` / string like ``"iter,bool"``).
     ``check_inputs`` lists further inputs (tuples, single values, or dicts of
     keyword arguments) on which the graph must pass its guards and match the
-    eager model, else :class:`TraceCheckError`. ``guards=False`` emits no
+    eager model, else :class:`TraceCheckError`: the same dtype, shape,
+    ``requires_grad`` and aliasing, and values bit for bit unless
+    ``check_tolerance=(rtol, atol)`` allows a difference. ``guards=False`` emits no
     guards: the graph is then silently wrong on inputs that break an
     assumption. ``concrete_args``, ``leaf_modules`` (types or qualified
     names), ``autowrap_functions`` and ``autowrap_modules`` mean what they
@@ -79,6 +83,8 @@ def trace(
     ['len(x) == 2']
     """
     policy = _as_policy(policy)
+    root = traceable_root(root)
+    autowrap_functions, autowrap_modules = check_autowrap(autowrap_functions, autowrap_modules)
     if not isinstance(guards, bool):
         raise TypeError(f"guards= takes True or False; got {guards!r}")
     if not (isinstance(root, torch.nn.Module) or callable(root)):
@@ -101,13 +107,19 @@ def trace(
         graph = tracer.trace(root, concrete_args)
         # Built before the state is restored: torch.fx stores tensor constants on the root
         # (`_tensor_constant0`), which the GraphModule copies and the restore then removes.
+        tensor_defaults_as_inputs(graph)
         gm = torch.fx.GraphModule(tracer.root, graph, name)
     _unbind_traced_assignments(gm, root, keeper.assigned)
     _warn_changed(keeper.changed)
+    if guards and examples is not None:  # (without examples the graph is torch.fx's, node for node)
+        if concrete_args:
+            guard_concrete_args(gm)
+        # io's entry-structure check will subsume this (a placeholder traced as a tensor must be one)
+        guard_input_types(gm, name)
     attach(gm, tracer.specializations, policy)
     _warn_degenerate(tracer.specializations)
     if check_inputs is not None:
-        check(gm, root, check_inputs)
+        check(gm, root, check_inputs, check_tolerance)
     return gm
 
 
@@ -253,73 +265,6 @@ def bind_examples(
                 f"give each parameter one way (concrete_args bakes the value in, an example keeps it an input)"
             )
     return examples
-
-
-# -- check_inputs ------------------------------------------------------------------------
-
-
-def _as_call(entry: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-    if isinstance(entry, tuple):
-        return entry, {}
-    if isinstance(entry, dict):
-        return (), dict(entry)
-    return (entry,), {}
-
-
-def check(gm: torch.fx.GraphModule, root: Any, check_inputs: Sequence[Any]) -> None:
-    """Run eager and traced on each input; raise :class:`TraceCheckError` on a
-    guard failure or a differing output, naming the input's index."""
-    if isinstance(check_inputs, (torch.Tensor, dict)) or not isinstance(check_inputs, Sequence):
-        raise TypeError("check_inputs= takes a list of inputs, e.g. [(x1,), (x2,)]")
-    for index, entry in enumerate(check_inputs):
-        args, kwargs = _as_call(entry)
-        # Both runs act on private copies of the model's tensors (shadow modules): the user's
-        # model is not written, and both start from the same state.
-        with TRACE_LOCK, preserved_state(root), torch.random.fork_rng(devices=[]):
-            eager = TraceState().module(root, copy_parameters=True) if isinstance(root, torch.nn.Module) else root
-            graph = TraceState().module(gm, copy_parameters=True)
-            rng = torch.get_rng_state()
-            try:
-                expected = eager(*clone_example(args), **clone_example(kwargs))
-            except Exception as error:
-                raise TraceCheckError(
-                    f"check_inputs[{index}]: the eager model itself raised {type(error).__name__}: {error}",
-                    index=index,
-                ) from error
-            torch.set_rng_state(rng)
-            try:
-                actual = graph(*clone_example(args), **clone_example(kwargs))
-            except GuardError as error:
-                raise TraceCheckError(
-                    f"check_inputs[{index}]: a guard failed, so the graph does not cover this input:\n{error}",
-                    index=index,
-                ) from error
-        problem = compare_outputs(expected, actual)
-        if problem:
-            raise TraceCheckError(
-                f"check_inputs[{index}]: the traced graph's output differs from the eager model's: {problem}",
-                index=index,
-            )
-
-
-def compare_outputs(expected: Any, actual: Any) -> Optional[str]:
-    """A description of the first difference between two outputs, or None."""
-    expected_leaves, expected_spec = pytree.tree_flatten(expected)
-    actual_leaves, actual_spec = pytree.tree_flatten(actual)
-    if expected_spec != actual_spec:
-        return f"structure {actual_spec} instead of {expected_spec}"
-    for position, (want, got) in enumerate(zip(expected_leaves, actual_leaves)):
-        if isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor):
-            if want.shape != got.shape or want.dtype != got.dtype:
-                return (f"output leaf {position}: shape/dtype {tuple(got.shape)}/{got.dtype} "
-                        f"instead of {tuple(want.shape)}/{want.dtype}")
-            try:
-                torch.testing.assert_close(got, want, equal_nan=True)
-            except AssertionError as error:
-                return f"output leaf {position}: {str(error).strip().splitlines()[0]}"
-        elif type(want) is not type(got) or want != got:
-            return f"output leaf {position}: {got!r} instead of {want!r}"
-    return None
 
 
 def _warn_degenerate(specializations: Sequence[Specialization]) -> None:

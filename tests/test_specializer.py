@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import operator
 import threading
 
 import pytest
 import torch
 from torch import nn
 
+import specfx
 from specfx import GuardError, Policy, Specializer, VariantLimitError
 
 from .models import SplitCat
@@ -215,3 +217,167 @@ class TestThreads:
         assert not errors
         assert all(torch.equal(results[i], SplitCat()(x)) for i, x in enumerate(inputs))
         assert sorted(v.specializations[0].value for v in spec.variants) == [2, 3, 4]
+
+
+# -- issue 11: retries repeat nothing, variants see the live model, options refused up front ----------
+
+
+class AddsThenBranches(nn.Module):
+    def forward(self, x):
+        x.add_(1)
+        return x * 2 if x.sum() > 0 else x - 1
+
+
+class NormThenBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        y = self.bn(x)
+        return y * 2 if x.sum() > 0 else y - 1
+
+
+class DropThenBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        y = self.drop(x)
+        return y * 2 if x.sum() > 0 else y - 1
+
+
+def appends_then_sums(xs, x):
+    xs.append(x)
+    return sum(xs)
+
+
+class TestRetriesRepeatNothing:
+    def test_an_in_place_write_before_a_failed_guard_happens_once(self):
+        spec = specfx.Specializer(AddsThenBranches(), Policy(bool=True))
+        spec(torch.ones(3))
+        x = -torch.full((3,), 5.0)
+        out = spec(x)
+        assert torch.equal(x, torch.full((3,), -4.0))  # one add_, as eager
+        assert torch.equal(out, torch.full((3,), -5.0))
+        assert spec.stats.restores == 1
+
+    def test_batchnorm_counts_each_call_once(self):
+        model = NormThenBranch().train()
+        eager = copy.deepcopy(model)
+        spec = specfx.Specializer(model, Policy(bool=True))
+        for x in (torch.randn(4, 3) + 5, torch.randn(4, 3) - 5):
+            assert torch.allclose(spec(x), eager(x))
+        assert int(model.bn.num_batches_tracked) == int(eager.bn.num_batches_tracked) == 2
+        assert torch.allclose(model.bn.running_mean, eager.bn.running_mean)
+
+    def test_dropout_draws_once_per_call(self):
+        model = DropThenBranch().train()
+        spec = specfx.Specializer(model, Policy(bool=True))
+        spec(torch.ones(8))
+        torch.manual_seed(1)
+        out = spec(-torch.ones(8))
+        after = torch.get_rng_state()
+        torch.manual_seed(1)
+        expected = model(-torch.ones(8))
+        assert torch.equal(out, expected)
+        assert torch.equal(torch.get_rng_state(), after)
+
+    def test_a_guard_after_a_mutation_of_an_input_list_is_not_in_the_prologue(self):
+        spec = specfx.Specializer(appends_then_sums, Policy(iter=True), max_variants=2)
+        for n in (1, 2, 1, 2, 1):
+            xs = [torch.ones(2)] * n
+            assert torch.equal(spec(xs, torch.ones(2)), torch.full((2,), n + 1.0))
+            assert len(xs) == n + 1  # appended once
+        assert len(spec.variants) == 2
+
+    def test_the_prologue_never_indexes_a_tensor(self):
+        def first_positive(x):
+            return x * 2 if x[0] > 0 else x
+
+        spec = specfx.Specializer(first_positive, Policy(bool=True))
+        spec(torch.ones(3))
+        spec(-torch.ones(3))
+        for variant in spec._all:
+            if variant.prologue is not None:
+                assert not any(n.target is operator.getitem for n in variant.prologue.graph.nodes)
+
+    def test_a_prologue_error_is_a_miss(self):
+        # variant 0's prologue reads xs[1].shape; a one-element list makes it raise IndexError
+        def second_shape(xs):
+            return xs[0] * 2 if xs[1].shape[0] == 2 else xs[0]
+
+        spec = specfx.Specializer(lambda xs: torch.cat(xs) if len(xs) == 1 else second_shape(xs),
+                                  Policy(shapes=True, bool=True, iter=True))
+        spec([torch.ones(2), torch.ones(2)])
+        spec([torch.ones(2), torch.ones(3)])
+        assert torch.equal(spec([torch.ones(2)]), torch.ones(2))
+        assert spec.stats.misses >= 2
+
+
+class TestLiveState:
+    def test_load_state_dict_with_assign(self):
+        model = nn.Linear(2, 2)
+        spec = specfx.Specializer(model)
+        spec(torch.ones(1, 2))
+        model.load_state_dict({"weight": torch.zeros(2, 2), "bias": torch.ones(2)}, assign=True)
+        assert torch.equal(spec(torch.ones(1, 2)), model(torch.ones(1, 2)))
+
+    def test_a_reassigned_buffer(self):
+        class Shifts(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("shift", torch.zeros(2))
+
+            def forward(self, x):
+                return x + self.shift
+
+        model = Shifts()
+        spec = specfx.Specializer(model)
+        spec(torch.ones(2))
+        model.shift = torch.full((2,), 5.0)
+        assert torch.equal(spec(torch.ones(2)), torch.full((2,), 6.0))
+
+    def test_register_parametrization(self):
+        import torch.nn.utils.parametrize as parametrize
+
+        class Doubled(nn.Module):
+            def forward(self, w):
+                return w * 2
+
+        model = nn.Linear(2, 2)
+        spec = specfx.Specializer(model)
+        spec(torch.ones(1, 2))
+        parametrize.register_parametrization(model, "weight", Doubled())
+        assert torch.allclose(spec(torch.ones(1, 2)), model(torch.ones(1, 2)))
+
+
+class TestOptionsAndStats:
+    @pytest.mark.parametrize("kwargs, error", [
+        ({"guards": False}, ValueError),
+        ({"bogus": 1}, TypeError),
+        ({"autowrap_functions": [1]}, TypeError),
+        ({"concrete_args": [1]}, TypeError),
+    ])
+    def test_refused_at_construction(self, kwargs, error):
+        with pytest.raises(error):
+            specfx.Specializer(Gate(), Policy(bool=True), **kwargs)
+
+    def test_counts(self):
+        spec = specfx.Specializer(lambda x: x * 2 if x.sum() > 0 else x - 1, Policy(bool=True))
+        spec(torch.ones(2))
+        spec(torch.ones(2))
+        spec(-torch.ones(2))
+        stats = spec.stats
+        assert (stats.calls, stats.hits, stats.retraces) == (3, 1, 2)
+        assert stats.misses == 1
+
+    def test_concrete_args_retrace_on_another_value(self):
+        def f(x, flag):
+            return x + 1 if flag else x - 1
+
+        spec = specfx.Specializer(f, concrete_args={"flag": True})
+        assert torch.equal(spec(torch.ones(2), True), torch.full((2,), 2.0))
+        assert torch.equal(spec(torch.ones(2), False), torch.zeros(2))
+        assert len(spec.variants) == 2

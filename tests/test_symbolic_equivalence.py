@@ -25,6 +25,7 @@ from torch.fx.node import Node, map_aggregate
 from torch.fx.proxy import TraceError
 
 import specfx
+from specfx._options import ENTRY_CHECKS  # input type/concrete_args checks at graph entry
 from specfx import Policy, SpecializationError
 
 
@@ -234,7 +235,7 @@ def node_signature(gm: torch.fx.GraphModule, *, drop_guards: bool = False) -> Li
     def structure(value: Any) -> Any:
         return map_aggregate(value, lambda a: ("%node", a.name) if isinstance(a, Node) else a)
 
-    nodes = [n for n in gm.graph.nodes if not (drop_guards and is_guard(n))]
+    nodes = [n for n in gm.graph.nodes if not (drop_guards and (is_guard(n) or n.target in ENTRY_CHECKS))]
     return [(n.op, n.target, n.name, structure(n.args), structure(n.kwargs)) for n in nodes]
 
 
@@ -356,7 +357,7 @@ class TestWithExamples:
             return  # other placeholders, by design (test_same_nodes_apart_from_guards)
         expected = torch.fx.symbolic_trace(model, concrete_args=spec.concrete_args)
         actual = without_entry_check(specfx.trace(model, spec.example_inputs, concrete_args=spec.concrete_args))
-        guards = [n for n in actual.graph.nodes if is_guard(n)]
+        guards = [n for n in actual.graph.nodes if is_guard(n) or n.target in ENTRY_CHECKS]  # + input checks
         if not guards:
             assert code_of(actual) == code_of(expected)
         for node in guards:
