@@ -21,7 +21,7 @@ from torch.fx import _symbolic_trace
 from torch.fx.proxy import Proxy
 
 from .errors import GuardError
-from .guards import fingerprint
+from .guards import _is_foreign_proxy, fingerprint
 
 __all__ = ["ENTRY_CHECKS", "check_autowrap", "check_concrete_arg", "check_input_type", "check_trace_options", "default_argument",
            "guard_concrete_args", "guard_input_types", "split_concrete", "tensor_defaults_as_inputs",
@@ -117,7 +117,7 @@ def _entry_check(check: Callable[..., None]) -> Callable[..., Any]:
 
     @functools.wraps(check)
     def entry_check(value: Any, *args: Any) -> Any:
-        if isinstance(value, Proxy):
+        if isinstance(value, Proxy) or _is_foreign_proxy(value):  # brevitas.fx has its own Proxy
             return value.tracer.create_proxy("call_function", entry_check, (value, *args), {})
         return check(value, *args)
 
@@ -126,8 +126,9 @@ def _entry_check(check: Callable[..., None]) -> Callable[..., Any]:
 
 @_entry_check
 def check_input_type(value: Any, name: str, traced: str) -> None:
-    """Raise GuardError unless the input ``name``, traced as a tensor, is one."""
-    if not isinstance(value, torch.Tensor):
+    """Raise GuardError unless the input ``name``, traced as a tensor, is one (or
+    behaves as one: defines ``__torch_function__``, as Brevitas' QuantTensor does)."""
+    if not isinstance(value, torch.Tensor) and not hasattr(type(value), "__torch_function__"):
         given = type(value).__name__
         raise GuardError(
             f"wrong input type: {name} was traced as a torch.Tensor, but this call passes a {given} "
