@@ -32,6 +32,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import contextvars
+import sys
 import threading
 import types
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -142,6 +143,23 @@ def _release(key: _Key) -> None:
     # the value they wrapped (our dispatcher) keeps answering as the previous value.
     if _read(slot.owner, slot.name) is slot.installed:
         _write(slot.owner, slot.name, slot.previous)
+    if slot.owner is builtins:
+        _forget_in_dynamo(slot)
+
+
+def _forget_in_dynamo(slot: _Slot) -> None:
+    """torch._dynamo lists the builtins by id the first time it needs them; if that
+    happened during a trace, it listed our dispatcher instead of the builtin, and would
+    refuse to compile code calling the builtin: swap the ids back."""
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    table = getattr(rules, "_builtin_function_ids", None)
+    ids, names = getattr(table, "function_ids", None), getattr(table, "function_names", None)
+    if ids is None or id(slot.installed) not in ids or slot.before is _ABSENT:
+        return
+    ids.discard(id(slot.installed))
+    ids.add(id(slot.before))
+    if names is not None:
+        names[id(slot.before)] = names.pop(id(slot.installed), f"builtins.{slot.name}")
 
 
 def _use_slot(owner: Any, name: str, make_installed: Callable[[Any, _Key], Any]) -> _Key:
