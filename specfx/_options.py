@@ -252,8 +252,9 @@ def guard_input_types(gm: torch.fx.GraphModule, where: str) -> None:
         kind = placeholder.meta.get("type")
         if not (isinstance(kind, type) and issubclass(kind, torch.Tensor)) or str(placeholder.target).startswith("*"):
             continue
-        if any(user.target is default_argument for user in placeholder.users):
-            continue  # may be left out (None): its default is a tensor
+        if any(user.target is default_argument for user in placeholder.users) or (
+                placeholder.args and placeholder.args[0] is None):
+            continue  # optional (default None): the graph's own `is None` guard speaks for it
         name = str(placeholder.target)
         with gm.graph.inserting_after(anchor):
             gm.graph.call_function(check_input_type, (placeholder, name, where))
