@@ -23,7 +23,6 @@ from .guards import GUARD_FUNCTIONS
 from ._messages import short_repr
 from ._report import explain as explain_graph
 from ._report import specializations
-from ._structure import entry_only
 from .errors import GuardError, VariantLimitError  # VariantLimitError: defined with the other errors
 
 __all__ = ["Specializer", "SpecializerStats", "VariantLimitError"]

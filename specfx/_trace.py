@@ -15,7 +15,7 @@ import torch.fx
 from torch.fx.graph_module import _USER_PRESERVED_ATTRIBUTES_KEY
 
 from ._decisions import Specialization
-from ._options import check_autowrap, guard_concrete_args, guard_input_types, tensor_defaults_as_inputs, traceable_root
+from ._options import check_autowrap, guard_concrete_args, tensor_defaults_as_inputs, traceable_root
 from ._policy import Policy, Specialize, parse_flags
 from ._state import clone_example, preserved_state
 from ._check import check
@@ -114,8 +114,6 @@ def trace(
     if guards and examples is not None:  # (without examples the graph is torch.fx's, node for node)
         if concrete_args:
             guard_concrete_args(gm)
-        # io's entry-structure check will subsume this (a placeholder traced as a tensor must be one)
-        guard_input_types(gm, name)
     attach(gm, tracer.specializations, policy)
     _warn_degenerate(tracer.specializations)
     if check_inputs is not None:

@@ -18,10 +18,6 @@ def scaled(x, scale, bias=0.0):
     return x * scale + bias
 
 
-def with_default_tensor(x, w=torch.full((2,), 3.0)):  # noqa: B008 - the case under test
-    return x * w
-
-
 class TestRoots:
     def test_bound_forward_traces_as_the_module(self):
         model = nn.Linear(2, 2)
@@ -45,17 +41,12 @@ class TestRoots:
         assert torch.equal(gm(torch.ones(2)), torch.full((2,), 2.0))
         assert torch.equal(gm(torch.ones(2), scale=3.0), torch.full((2,), 3.0))
 
-    def test_a_default_tensor_argument(self):
-        gm = specfx.trace(with_default_tensor, (torch.ones(2),))
-        assert torch.equal(gm(torch.ones(2)), torch.full((2,), 3.0))
-        assert torch.equal(gm(torch.ones(2), torch.ones(2)), torch.ones(2))
-
 
 class TestWrongInputTypes:
-    @pytest.mark.parametrize("given, type_name", [(None, "NoneType"), ([1, 2], "list")])
+    @pytest.mark.parametrize("given, type_name", [(None, "None"), ([1, 2], r"a list \(\[1, 2\]\)")])
     def test_a_non_tensor_where_a_tensor_was_traced(self, given, type_name):
         gm = specfx.trace(lambda x: x.relu() + x.shape[0], (torch.ones(2),), policy=Policy(shapes=True))
-        with pytest.raises(specfx.GuardError, match=rf"x was traced as a torch.Tensor, but this call passes a {type_name}"):
+        with pytest.raises(specfx.GuardError, match=rf"x is {type_name}, traced as a Tensor"):
             gm(given)
 
 
