@@ -216,7 +216,11 @@ def split_concrete(root: Any, args: Tuple[Any, ...], kwargs: Mapping[str, Any], 
 
 def default_argument(value: Any, default: Any) -> Any:
     """``default`` when the caller left the parameter out (``value`` is None), else ``value``:
-    a parameter whose default is a tensor (generated code cannot spell a tensor default)."""
+    a parameter whose default is a tensor (generated code cannot spell a tensor default).
+    Re-traced (unpickling, ``symbolic_trace(gm)``) it records itself, so the choice stays
+    in the graph instead of being answered for the proxy."""
+    if isinstance(value, torch.fx.Proxy):
+        return value.tracer.create_proxy("call_function", default_argument, (value, default), {})
     return default if value is None else value
 
 

@@ -49,6 +49,8 @@ __all__ = ["StructuredCodeGen", "entry_only", "flatten_inputs", "is_plain", "lea
 # Leaf kinds checked at entry: code -> (description, test). '-' is not checked.
 _KINDS: Dict[str, Tuple[str, Callable[[Any], bool]]] = {
     "t": ("a Tensor", lambda v: isinstance(v, torch.Tensor)),
+    # a parameter whose default is a tensor: None means "left out" (see _render_default)
+    "T": ("a Tensor or left out", lambda v: v is None or isinstance(v, torch.Tensor)),
     "i": ("an int", lambda v: type(v) is int or isinstance(v, torch.SymInt)),
     "f": ("a float", lambda v: type(v) is float or isinstance(v, torch.SymFloat)),
     "c": ("a complex", lambda v: type(v) is complex),
@@ -363,6 +365,10 @@ def _render_default(default: Any, may_omit: bool, needed: List[Tuple[str, Any]])
                 return f" = {default!r}", True
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             pass
+        if isinstance(default, torch.Tensor):
+            # code cannot spell a tensor: None stands for it, and the graph picks the traced
+            # constant when the caller leaves the parameter out (_options.default_argument)
+            return " = None", True
     return ("", False) if may_omit else (" = None", True)
 
 
@@ -484,7 +490,8 @@ def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
                 kinds.append(leaf_kind(leaf))
                 pass_in.append(leaf)
             else:
-                kinds.append(leaf_kind(leaf))
+                tensor_default = child.is_leaf() and isinstance(parameter.default, torch.Tensor)
+                kinds.append("T" if tensor_default and isinstance(leaf, torch.Tensor) else leaf_kind(leaf))
                 pass_in.append(proxy)
     if retrace_spec is None:
         codegen.kinds = "".join(kinds) if tracer.guards else None  # guards=False: flatten, check nothing
