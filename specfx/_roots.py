@@ -11,7 +11,7 @@ import torch.fx
 from ._source import SourceLocation
 from .errors import SpecializationError
 
-__all__ = ["definition_line", "optional_parameters", "put_varargs_before_keyword_only", "with_root_hooks"]
+__all__ = ["default_to_concrete_values", "definition_line", "optional_parameters", "put_varargs_before_keyword_only", "with_root_hooks"]
 
 
 def with_root_hooks(
@@ -80,3 +80,19 @@ def put_varargs_before_keyword_only(graph: torch.fx.Graph, root_fn: Callable[...
     first_keyword_only = next((n for n in placeholders if n.target in keyword_only), None)
     if star is not None and first_keyword_only is not None:
         first_keyword_only.prepend(star)
+
+
+def default_to_concrete_values(graph: torch.fx.Graph, concrete_args: Any) -> None:
+    """torch.fx keeps the parameter of a ``concrete_args`` entry (``use_cache_1``), defaulting
+    to the signature's default, and asserts it equals the baked-in value. Defaulting to that
+    value instead lets the graph be called as the model is (``gm(**batch)``); any other
+    value still fails the assert."""
+    if not isinstance(concrete_args, dict):
+        return
+    for node in graph.nodes:
+        if node.op != "placeholder" or not isinstance(node.target, str):
+            continue
+        name, _, count = node.target.rpartition("_")
+        if count.isdigit() and name in concrete_args and type(concrete_args[name]) in (bool, int, float, str) \
+                and node.args:
+            node.args = (concrete_args[name],)

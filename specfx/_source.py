@@ -29,6 +29,7 @@ _TORCH_RELAYS = tuple(
         ("_tensor.py",),
         ("overrides.py",),
         ("nn", "modules", "module.py"),
+        ("nn", "modules", "container.py"),  # self.experts[i]: the indexing is the user's line
         ("utils", "_pytree.py"),
         ("_jit_internal.py",),
     )

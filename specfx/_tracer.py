@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import builtins
 import contextvars
+import dataclasses
+import inspect
 import math
 import operator
 import sys
@@ -37,12 +39,17 @@ from ._describe import is_input_path
 from ._evaluation import StateView, Unevaluable, concrete_values, provenance, proxies_in, run_op, tensor_meta
 from ._factories import record_factories
 from ._policy import Layer, Policy, Resolved, Specialize, resolve
-from ._roots import definition_line, optional_parameters, put_varargs_before_keyword_only, with_root_hooks
+from ._roots import (default_to_concrete_values, definition_line, optional_parameters,
+                     put_varargs_before_keyword_only, with_root_hooks)
 from ._scope import annotations_active, current_layers, fresh_layers, push_layer, reset_layers
 from ._source import SourceLocation, user_frame, user_location
 from ._state import NO_STATE
 from ._structure import StructuredCodeGen, structured_root
 from ._structure import create_args as create_structured_args
+from ._outputs import unrepresentable_output_error
+from ._scripted import ScriptedFunctions
+from ._transformers import install_transformers_support
+from ._wrapped_root import call_through_wrapper, is_wrapped
 from ._values import (
     MISSING,
     SCALAR_METHODS,
@@ -141,6 +148,8 @@ class SpecTracer(torch.fx.Tracer):
         self._failed_ops: list[Tuple[BaseException, str, Optional[SourceLocation]]] = []
         self._concrete_names: frozenset = frozenset()
         self._codegen: Optional[StructuredCodeGen] = None  # inputs/outputs as pytrees (_structure.py)
+        self._scripted = ScriptedFunctions(self._is_tracing)
+        self._output: Any = None
 
     @property
     def specializations(self) -> list[Specialization]:
@@ -161,12 +170,16 @@ class SpecTracer(torch.fx.Tracer):
             annotations = annotations_active().set(self.policy.annotations)
             token = fresh_layers()
             self._concrete_names = frozenset(concrete_args or ())
+            self._scripted = ScriptedFunctions(self._is_tracing)
             try:
                 with _patches.tracing():  # (isinstance is patched in create_args_for_root)
                     _patches.confine_fx_tracing_flag()
                     if self.examples is not None:
                         _ambient.install(self)
                     record_factories(self)
+                    # @torch.jit.script helpers and transformers' vmapped masks, for the tracing code
+                    self._scripted.cover(type(root).forward if isinstance(root, torch.nn.Module) else root)
+                    install_transformers_support(self._is_tracing)
                     graph = super().trace(root, concrete_args)
                     self._fail_if_caught()
                     return graph
@@ -221,6 +234,8 @@ class SpecTracer(torch.fx.Tracer):
         if not self._is_tracing():
             return forward(*args, **kwargs)
         qualname = self.path_of_module(m)
+        if not self.is_leaf_module(m, qualname):  # its code may call @torch.jit.script functions
+            self._scripted.cover(getattr(type(m), "forward", None))  # (a ScriptModule class raises)
         match = self._scope_of(m, qualname)
         token = (
             push_layer(Layer(match[1], f"scopes[{match[0]!r}] (module {qualname})")) if match else None
@@ -281,7 +296,16 @@ class SpecTracer(torch.fx.Tracer):
             return a.node
         if type(a) in _PLAIN_ARGUMENT_TYPES:  # torch.fx's Tracer checks these slowly, for nothing
             return a
-        return super().create_arg(a)
+        if isinstance(a, dict) and type(a) is not dict and dataclasses.is_dataclass(a):
+            # transformers' ModelOutput: a dict subclass, which torch.fx would return as a plain dict
+            return self.create_node("call_function", type(a), (), {k: self.create_arg(v) for k, v in a.items()})
+        try:
+            return super().create_arg(a)
+        except NotImplementedError as error:  # e.g. a transformers cache returned by forward
+            better = unrepresentable_output_error(self._output, a, error) if self._output is not None else None
+            if better is None:
+                raise
+            raise better from None
 
     def create_args_for_root(self, root_fn: Callable[..., Any], is_module: bool, concrete_args: Any = None) -> Any:
         """Called once to make the placeholders; an example that is ``None``
@@ -301,13 +325,26 @@ class SpecTracer(torch.fx.Tracer):
                 call=with_root_hooks(root_fn, self.root, self.refuse) if is_module else root_fn,
             )
             return fn, leaves
-        fn, args = super().create_args_for_root(root_fn, is_module, concrete_args)
+        wrapped = is_wrapped(root_fn)  # torch.fx would rewrite the wrapper's code: give it the real function
+        fn, args = super().create_args_for_root(inspect.unwrap(root_fn) if wrapped else root_fn, is_module,
+                                                concrete_args)
+        if wrapped:
+            fn = call_through_wrapper(root_fn, is_module)
         put_varargs_before_keyword_only(self.graph, root_fn)
+        default_to_concrete_values(self.graph, concrete_args)
         if self.examples is None:
             return fn, args
         self._patch_isinstance()
         if is_module:
             fn = with_root_hooks(fn, self.root, self.refuse)
+        root_call = fn
+
+        def keeping_output(*args: Any) -> Any:  # kept to name an output that no graph can return
+            self._output = root_call(*args)
+            return self._output
+
+        keeping_output.__annotations__ = {}  # torch.fx would put the string 'Any' in the generated code
+        fn = keeping_output
         where = definition_line(root_fn)
         optional = optional_parameters(root_fn)
         new_args = []

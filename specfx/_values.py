@@ -133,7 +133,7 @@ def traced_isinstance(obj: Any, classinfo: Any) -> bool:
     """``builtins.isinstance`` while specfx traces with example inputs: a proxy with
     a value answers as its value does (so ``isinstance(x, torch.Tensor)`` is True
     for a tensor input, and that answer is guarded); anything else as usual."""
-    if builtin_isinstance(obj, ValueProxy):
+    if builtin_isinstance(obj, ValueProxy) and not _asks_about_tracing(classinfo):
         value = value_of(obj)
         caller = sys._getframe(2)  # (1) is the dispatcher specfx._patches installs
         # torch (and torch.fx) must keep seeing a Proxy: they dispatch it via __torch_function__.
@@ -144,6 +144,14 @@ def traced_isinstance(obj: Any, classinfo: Any) -> bool:
 
 
 builtin_isinstance = isinstance  # bound before any patching
+
+
+def _asks_about_tracing(classinfo: Any) -> bool:
+    """``isinstance(x, torch.fx.Proxy)`` asks whether code is being traced (transformers
+    then keeps its traceable mask path): a question about the tracer, answered truthfully."""
+    if builtin_isinstance(classinfo, tuple):
+        return any(_asks_about_tracing(c) for c in classinfo)
+    return builtin_isinstance(classinfo, type) and issubclass(classinfo, Proxy)
 
 
 class ValueProxy(Proxy):

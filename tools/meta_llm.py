@@ -11,10 +11,9 @@ meta tensors too. specfx runs every op on meta tensors alongside the trace (shap
 are known, data is not), so the trace costs what a meta forward costs, and decisions
 that need data raise ``SpecializationError``.
 
-Two transformers pieces are leaf modules, as in ``tools/zoo.py``:
+The model is called as users call it (transformers' vmapped causal mask traces as
+is); one piece is a leaf module:
 
-- the 4-D causal mask builder (``HFCausalMask``): transformers 4.57 builds it with
-  ``torch.vmap``, which FX cannot record;
 - the rotary embedding, wrapped by ``MetaSafeRotary``: transformers enters
   ``torch.autocast(device_type=x.device.type)``, and torch 2.13 cannot enter autocast
   for the ``meta`` device ("unsupported scalarType"), so eager transformers cannot run
@@ -43,7 +42,7 @@ from torch import nn
 
 import specfx
 from specfx import Policy
-from zoo import HFCausalMask, llama_config
+from zoo_models import llama_config
 
 TARGET_SECONDS = 30.0
 TARGET_RSS_BYTES = 2 * 1024 ** 3
@@ -68,15 +67,16 @@ class MetaSafeRotary(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """``LlamaForCausalLM(input_ids, attention_mask=<4-D causal mask>).logits``."""
+    """``LlamaForCausalLM(input_ids, attention_mask=ones).logits`` (an all-ones mask, as a
+    tokenizer gives for unpadded text; without one transformers looks for packed sequences
+    in the position ids, which needs data)."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
-        self.mask = HFCausalMask(model.config, next(model.parameters()).dtype)
 
     def forward(self, input_ids):
-        return self.model(input_ids, attention_mask=self.mask(input_ids)).logits
+        return self.model(input_ids, attention_mask=torch.ones_like(input_ids)).logits
 
 
 def build_meta_llama(layers: int = 32, hidden: int = 4096, intermediate: int = 11008, heads: int = 32,
@@ -97,7 +97,7 @@ def trace_meta(model: CausalLM, batch: int = 2, length: int = 128) -> torch.fx.G
     """Trace with meta example input ids; lengths and batch sizes stay symbolic (no SHAPES)."""
     input_ids = torch.zeros(batch, length, dtype=torch.long, device="meta")
     return specfx.trace(model, (input_ids,), policy=Policy(iter=True, bool=True),
-                        leaf_modules=[HFCausalMask, MetaSafeRotary])
+                        leaf_modules=[MetaSafeRotary])
 
 
 def peak_rss_bytes() -> int:
