@@ -343,7 +343,8 @@ class SpecTracer(torch.fx.Tracer):
             self._output = root_call(*args)
             return self._output
 
-        keeping_output.__annotations__ = {}  # torch.fx would put the string 'Any' in the generated code
+        # torch.fx reads the root's annotations for the generated signature: the root's own, not 'Any'
+        keeping_output.__annotations__ = dict(getattr(root_call, "__annotations__", {}))
         fn = keeping_output
         where = definition_line(root_fn)
         optional = optional_parameters(root_fn)

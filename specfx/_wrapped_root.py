@@ -73,5 +73,6 @@ def call_through_wrapper(root_fn: Callable[..., Any], is_module: bool) -> Callab
         return root_fn(*positional, **keyword)
 
     call_root.__name__ = getattr(root_fn, "__name__", "forward")
-    call_root.__annotations__ = {}  # torch.fx would put the string 'Any' in the generated code
+    # torch.fx reads the root's annotations for the generated signature: the root's own, not 'Any'
+    call_root.__annotations__ = dict(getattr(root_fn, "__annotations__", {}))
     return call_root
