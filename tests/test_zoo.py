@@ -1,14 +1,12 @@
 """Real models from the zoo (``tools/zoo.py``), a fast representative subset: each is
 traced, compared with eager on fresh inputs, and shown to guard the decisions it baked in.
 
-The full zoo (every transformers model, timm when importable) is ``python tools/zoo.py``.
+The full zoo (every transformers model, timm when importable) is ``python -m tools.zoo``.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
-import pathlib
 import subprocess
 import sys
 import textwrap
@@ -20,21 +18,7 @@ from torch import nn
 import specfx
 from specfx import GuardError, Policy, Specialize, SpecializationError
 
-TOOLS = pathlib.Path(__file__).resolve().parent.parent / "tools"
-
-
-def _load(name: str):
-    """Import a file from tools/ (not a package) once, under its own name."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-zoo = _load("zoo")
+from tools import meta_llm, zoo
 
 
 def _transformers():
@@ -210,7 +194,7 @@ class TestTorchNN:
 
 # -- transformers -------------------------------------------------------------------------
 
-# The CI subset: every failure class of issue 12 and every family (the rest: python tools/zoo.py).
+# The CI subset: every failure class of issue 12 and every family (the rest: python -m tools.zoo).
 # Flags a user ends with by following specfx's messages from Policy() on transformers 4.57.
 CI_ARCHITECTURES = {
     "distilbert": "",               # no flags at all
@@ -315,7 +299,6 @@ class TestMetaDevice:
         """A 2-layer, 4096-hidden Llama built on meta traces from meta ids without allocating weights, and the
         graph runs for other batch sizes and lengths."""
         _transformers()
-        meta_llm = _load("meta_llm")
         model = meta_llm.build_meta_llama(layers=2)
         assert all(p.device.type == "meta" for p in model.parameters())
         assert sum(p.numel() for p in model.parameters()) > 6e8

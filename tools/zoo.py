@@ -2,11 +2,11 @@
 """Model zoo runner: trace the models of ``tools/zoo_models.py`` with ``specfx.trace`` (and
 ``torch.fx.symbolic_trace`` beside it) and check the graphs against eager execution.
 
-    python tools/zoo.py                           # every model, one table
-    python tools/zoo.py --models 'hf-*' nn-lstm   # names or globs (see --list)
-    python tools/zoo.py --json                    # machine-readable results
-    python tools/zoo.py --in-process              # no subprocess per model (faster, but a crash ends the run)
-    python tools/zoo.py --markdown --models 'hf-*' --timings   # the table of docs/transformers.md
+    python -m tools.zoo                           # every model, one table
+    python -m tools.zoo --models 'hf-*' nn-lstm   # names or globs (see --list)
+    python -m tools.zoo --json                    # machine-readable results
+    python -m tools.zoo --in-process              # no subprocess per model (faster, but a crash ends the run)
+    python -m tools.zoo --in-process --markdown --timings --models 'hf-*'   # docs/transformers.md's table
 
 Per model the table shows: whether plain ``symbolic_trace`` traces it (and whether
 that graph matches eager), whether ``specfx.trace`` does, the graph's node count,
@@ -42,15 +42,13 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
 import torch
 import torch.fx
 from torch import nn
 
 import specfx
 from specfx import Policy, Specialize
-from zoo_models import ARCHITECTURES, ARCHITECTURES_BY_NAME, CASES, CASES_BY_NAME, Built, Call, Case
+from tools.zoo_models import ARCHITECTURES, ARCHITECTURES_BY_NAME, CASES, CASES_BY_NAME, Built, Call, Case
 
 __all__ = ["ARCHITECTURES", "ARCHITECTURES_BY_NAME", "CASES", "CASES_BY_NAME", "follow_messages", "narrowest",
            "run_case", "run_pair", "tensors_of", "trace_built"]
@@ -458,9 +456,10 @@ def _error_location(error: BaseException) -> str:
 
 def _run_isolated(case: Case, timeout: float, timings: bool = False) -> Dict[str, Any]:
     """Run one case in a subprocess; a crash is reported with the stage it happened in."""
-    command = [sys.executable, os.path.abspath(__file__), "--worker", case.name] + (["--timings"] if timings else [])
+    command = [sys.executable, "-m", "tools.zoo", "--worker", case.name] + (["--timings"] if timings else [])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=root)
     except subprocess.TimeoutExpired:
         return {"model": case.name, "group": case.group, "note": case.note, "symbolic_trace": "?",
                 "specfx": f"timeout after {timeout:.0f} s"}

@@ -660,11 +660,12 @@ ARCHITECTURES: List[Architecture] = [
                  dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
                       conv_dim=(8, 8), conv_stride=(5, 4), conv_kernel=(10, 4), num_conv_pos_embeddings=16,
                       num_conv_pos_embedding_groups=2), waveform_inputs),
-    # mixture of experts: routing decided on the calibration batch (guarded), and routing-generic
+    # mixture of experts: routing decided on the calibration batch (guarded), and routing-generic;
+    # expert sizes a multiple of 16 bytes (transformers 5 runs the experts with torch._grouped_mm)
     Architecture("mixtral", "mixture-of-experts", "MixtralModel", "MixtralConfig",
-                 dict(_DECODER, num_local_experts=4, num_experts_per_tok=2), text_inputs),
+                 dict(_DECODER, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2), text_inputs),
     Architecture("mixtral[moe-leaf]", "mixture-of-experts", "MixtralModel", "MixtralConfig",
-                 dict(_DECODER, num_local_experts=4, num_experts_per_tok=2), text_inputs,
+                 dict(_DECODER, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2), text_inputs,
                  leaf=("MixtralSparseMoeBlock",)),
     Architecture("qwen2-moe", "mixture-of-experts", "Qwen2MoeModel", "Qwen2MoeConfig",
                  dict(_DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
