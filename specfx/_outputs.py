@@ -46,7 +46,8 @@ def _advice(value: Any) -> str:
 def unrepresentable_output_error(output: Any, value: Any, cause: BaseException) -> Optional[SpecializationError]:
     """The error to raise when torch.fx cannot turn ``value``, part of ``output``, into
     a graph argument; ``None`` when ``value`` is not part of the output."""
-    path = _path_of(output, value)
+    # (without the output at hand, torch.fx's failure is still about a value it cannot hold)
+    path = _path_of(output, value) if output is not None else "a value"
     if path is None:
         return None
     kind = type(value)

@@ -302,7 +302,7 @@ class SpecTracer(torch.fx.Tracer):
         try:
             return super().create_arg(a)
         except NotImplementedError as error:  # e.g. a transformers cache returned by forward
-            better = unrepresentable_output_error(self._output, a, error) if self._output is not None else None
+            better = unrepresentable_output_error(self._output, a, error)
             if better is None:
                 raise
             raise better from None

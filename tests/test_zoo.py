@@ -244,7 +244,7 @@ class TestTransformers:
     def test_cache_output_says_which_output_and_how(self):
         """BART returns an EncoderDecoderCache by default: the error names the output and the fix."""
         _, built = _architecture("bart")
-        with pytest.raises(SpecializationError, match=r"output\[.*\], a transformers.*Cache.*\n"
+        with pytest.raises(SpecializationError, match=r"returns .*, a transformers.*Cache.*\n"
                                                       r"Fix: trace with concrete_args=\{'use_cache': False\}"):
             specfx.trace(built.model, example_kwargs=built.example[1], policy=Policy(iter=True, bool=True))
 
