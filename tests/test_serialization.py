@@ -39,10 +39,11 @@ def encoder():
     model = transformers.DistilBertModel(transformers.DistilBertConfig(
         vocab_size=100, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64)).eval()
     example, other = ids(2, 8, pad=3), ids(3, 6, pad=2)
-    no_padding = ids(2, 8)  # the mask's any-padding branch flips
+    # One graph serves padded and unpadded batches (transformers keeps its FX mask path), so
+    # the violating call leaves the mask out: traced as a Tensor, refused at the graph's entry.
     return (model, Policy(bool=True), ((), dict(zip(("input_ids", "attention_mask"), example))),
             ((), dict(zip(("input_ids", "attention_mask"), other))),
-            ((), dict(zip(("input_ids", "attention_mask"), no_padding))))
+            ((), {"input_ids": ids(2, 8)[0]}))
 
 
 def decoder():
