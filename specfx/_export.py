@@ -36,6 +36,7 @@ from torch.fx.node import has_side_effect
 
 from . import guards as _guards
 from ._decisions import Specialization
+from ._report import list_decisions
 from .guards import GUARDS, GuardKind
 from ._trace import PolicyLike, trace
 from .errors import GuardError, SpecializationWarning
@@ -401,12 +402,11 @@ def _warn_unchecked(gm: torch.fx.GraphModule) -> None:
     records = _records(gm)
     if not records:
         return
-    shown = "\n".join(f"  {r.guard_description} at {r.where}" for r in records[:8])
-    more = f"\n  ... and {len(records) - 8} more" if len(records) > 8 else ""
+    shown = list_decisions(records, 8)
     warnings.warn(
         f"specfx.export(guards=False): {len(records)} decision(s) are baked into the program "
         f"without run-time checks; an input that breaks one gives a silently different answer "
-        f"(only the dimensions export keeps static are still checked, by export itself):\n{shown}{more}",
+        f"(only the dimensions export keeps static are still checked, by export itself):\n{shown}",
         SpecializationWarning,
         stacklevel=3,
     )

@@ -160,3 +160,11 @@ def _summary(decisions: List[_Decision]) -> str:
     if degenerate:
         summary += f"; {degenerate} decided on a degenerate example (size 0/1 or empty)"
     return summary
+
+
+def list_decisions(records: Sequence[Specialization], limit: int) -> str:
+    """Indented lines ``<assumption> at <file:line>`` for the first ``limit`` records, and a
+    count of the rest: the body of warnings that name decisions."""
+    lines = "\n".join(f"  {r.guard_description} at {r.where}" for r in records[:limit])
+    more = f"\n  ... and {len(records) - limit} more" if len(records) > limit else ""
+    return lines + more

@@ -17,6 +17,7 @@ from torch.fx.graph_module import _USER_PRESERVED_ATTRIBUTES_KEY
 from ._decisions import Specialization
 from ._options import check_autowrap, guard_concrete_args, tensor_defaults_as_inputs, traceable_root
 from ._policy import Policy, Specialize, parse_flags
+from ._report import list_decisions
 from ._state import clone_example, preserved_state
 from ._check import check
 from ._tracer import TRACE_LOCK, SpecTracer
@@ -269,12 +270,11 @@ def _warn_degenerate(specializations: Sequence[Specialization]) -> None:
     degenerate = [s for s in specializations if s.degenerate]
     if not degenerate:
         return
-    lines = "\n".join(f"  {s.guard_description} at {s.where}" for s in degenerate[:5])
-    more = f"\n  ... and {len(degenerate) - 5} more" if len(degenerate) > 5 else ""
+    lines = list_decisions(degenerate, 5)
     warnings.warn(
         f"{len(degenerate)} specialization(s) were decided on an empty container, a length of "
         f"0 or 1 or a size-0/1 dimension; the example inputs may not be representative "
-        f"(the guards reject inputs that differ):\n{lines}{more}\n"
+        f"(the guards reject inputs that differ):\n{lines}\n"
         f"{docs_pointer(SpecializationWarning.docs_section)}",
         SpecializationWarning,
         stacklevel=3,
