@@ -30,7 +30,6 @@ import ast
 import collections
 import fnmatch
 import importlib.util
-import inspect
 import json
 import math
 import os
@@ -44,7 +43,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
-from torch import nn
 
 import specfx
 from specfx import Policy, Specialize
@@ -56,18 +54,6 @@ __all__ = ["ARCHITECTURES", "ARCHITECTURES_BY_NAME", "CASES", "CASES_BY_NAME", "
 # ---------------------------------------------------------------------------------------
 # Tracing through torch.nn modules that torch.fx (and specfx.trace) keep as leaves
 # ---------------------------------------------------------------------------------------
-
-
-class NonLeafSpecTracer(specfx.SpecTracer):
-    """A SpecTracer that traces *through* the torch.nn module types in ``nonleaf``
-    (torch.fx makes every torch.nn module a leaf; ``trace(leaf_modules=...)`` can only add leaves)."""
-
-    nonleaf: Tuple[type, ...] = ()
-
-    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        if self.nonleaf and isinstance(m, self.nonleaf):
-            return False
-        return super().is_leaf_module(m, module_qualified_name)
 
 
 def _fx_tracer(leaf: Sequence[type] = (), nonleaf: Sequence[type] = ()) -> torch.fx.Tracer:
@@ -82,26 +68,6 @@ def _fx_tracer(leaf: Sequence[type] = (), nonleaf: Sequence[type] = ()) -> torch
             return super().is_leaf_module(m, qualname)
 
     return Tracer()
-
-
-def trace_with_tracer(tracer_cls: type, root: nn.Module, args: tuple, kwargs: Dict[str, Any],
-                      policy: Policy, leaf_modules: Sequence[type] = (), nonleaf: Sequence[type] = ()):
-    """``specfx.trace`` with a SpecTracer subclass, through public API only: bind the
-    examples to ``forward``'s parameter names, trace, wrap in a GraphModule."""
-    signature = inspect.signature(type(root).forward)
-    bound = signature.bind(root, *args, **kwargs)
-    examples = {}
-    for name, value in list(bound.arguments.items())[1:]:
-        kind = signature.parameters[name].kind
-        prefix = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}.get(kind, "")
-        examples[prefix + name] = _clone(value)
-    cls = type(tracer_cls.__name__, (tracer_cls,), {"nonleaf": tuple(nonleaf)})
-    tracer = cls(policy=policy, leaf_modules=list(leaf_modules))
-    tracer.set_examples(examples)
-    graph = tracer.trace(root)
-    gm = torch.fx.GraphModule(tracer.root, graph, type(root).__name__)
-    gm.specializations = list(tracer.specializations)
-    return gm
 
 
 def _clone(value: Any) -> Any:
@@ -132,15 +98,13 @@ def _imports(module: str) -> bool:
 
 
 def trace_built(built: Built, policy: Optional[Policy] = None) -> torch.fx.GraphModule:
-    """Trace a built case with specfx, as the zoo does (SpecTracer subclass when non-leaf types are given)."""
+    """Trace a built case with specfx, as the zoo does (through the torch.nn types it names)."""
     policy = built.policy if policy is None else policy
     with torch.set_grad_enabled(built.grad):
         args, kwargs = built.example
-        if built.nonleaf:
-            return trace_with_tracer(NonLeafSpecTracer, built.model, args, kwargs, policy,
-                                     built.leaf_modules, built.nonleaf)
         return specfx.trace(built.model, args, kwargs or None, policy=policy,
-                            leaf_modules=list(built.leaf_modules) or None, concrete_args=built.concrete_args)
+                            leaf_modules=list(built.leaf_modules) or None,
+                            trace_through=list(built.nonleaf) or None, concrete_args=built.concrete_args)
 
 
 def narrowest(built: Built) -> Tuple[torch.fx.GraphModule, Policy]:

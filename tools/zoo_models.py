@@ -497,7 +497,7 @@ class Built:
     policy: Optional[Policy]  # None: try a ladder of policies, narrowest first
     guard_input: Optional[Tuple[Call, str]] = None  # an input that flips a specialized decision, described
     leaf_modules: Tuple[type, ...] = ()
-    nonleaf: Tuple[type, ...] = ()  # torch.nn types traced through (NonLeafSpecTracer)
+    nonleaf: Tuple[type, ...] = ()  # torch.nn types traced through (trace_through=)
     reference: Optional[Callable[..., Any]] = None  # eager reference; default: the model itself
     train: bool = False
     grad: bool = True
@@ -855,7 +855,7 @@ CASES: List[Case] = [
     Case("nn-encoder-layer[train]", "torch.nn", _build_encoder_layer(train=True),
          note="nn.TransformerEncoderLayer, train mode (dropout 0.1; compared under the same seed)"),
     Case("nn-encoder-layer[non-leaf mha]", "torch.nn", _build_encoder_layer(nonleaf=True),
-         note="nn.TransformerEncoderLayer with its MultiheadAttention traced through (NonLeafSpecTracer)"),
+         note="nn.TransformerEncoderLayer with its MultiheadAttention traced through (trace_through=)"),
     Case("nn-encoder", "torch.nn", _build_encoder(),
          note="nn.TransformerEncoder (2 layers) with src_key_padding_mask, eval"),
     Case("nn-encoder[train]", "torch.nn", _build_encoder(train=True),
@@ -868,10 +868,10 @@ CASES: List[Case] = [
     Case("nn-lstm", "torch.nn", _build_rnn("lstm", nonleaf=False),
          note="nn.LSTM inside a model, as a leaf (default)"),
     Case("nn-lstm[non-leaf]", "torch.nn", _build_rnn("lstm", nonleaf=True),
-         note="nn.LSTM traced through (NonLeafSpecTracer); BOOL only inside the rnn scope"),
+         note="nn.LSTM traced through (trace_through=); BOOL only inside the rnn scope"),
     Case("nn-gru", "torch.nn", _build_rnn("gru", nonleaf=False),
          note="nn.GRU inside a model, as a leaf (default)"),
     Case("nn-gru[non-leaf]", "torch.nn", _build_rnn("gru", nonleaf=True),
-         note="nn.GRU traced through (NonLeafSpecTracer); BOOL only inside the rnn scope"),
+         note="nn.GRU traced through (trace_through=); BOOL only inside the rnn scope"),
 ]
 CASES_BY_NAME = {case.name: case for case in CASES}
