@@ -75,6 +75,17 @@ _ACTIVE_TRACER: contextvars.ContextVar[Optional["SpecTracer"]] = contextvars.Con
     "specfx_active_tracer", default=None
 )
 
+
+def autocast_enabled(device_type: str) -> bool:
+    """``torch.is_autocast_enabled(device_type)`` as a specfx graph reads it for its autocast
+    guard. Called while a specfx tracer re-traces the graph (unpickling, ``specfx.trace(gm)``),
+    it records itself, so the guard is handed a proxy and stays in the graph instead of
+    running once on the re-trace's own answer."""
+    tracer = _ACTIVE_TRACER.get()
+    if tracer is not None and tracer._is_tracing():
+        return cast(bool, tracer.create_proxy("call_function", autocast_enabled, (device_type,), {}))
+    return torch.is_autocast_enabled(device_type)
+
 _VIEW_METHODS = frozenset({"keys", "values", "items"})
 # Constants that torch.fx's Tracer.create_arg returns unchanged after several type checks.
 _PLAIN_ARGUMENT_TYPES = frozenset(
@@ -481,7 +492,7 @@ class SpecTracer(torch.fx.Tracer):
 
     def read_autocast(self, device_type: str) -> None:
         """Called when traced code turns autocast off: guard that the graph runs without it."""
-        proxy = self._call(torch.is_autocast_enabled, device_type)
+        proxy = self._call(autocast_enabled, device_type)
         self.decide(Decision(proxy, GuardKind.VALUE, Specialize.NONE, False, (False,),
                              f"torch.is_autocast_enabled({device_type!r})", "`torch.autocast(enabled=False)`"))
 

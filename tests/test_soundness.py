@@ -233,6 +233,24 @@ class TestAmbientState:  # class 9
         with pytest.raises(SpecializationError, match="autocast"):
             specfx.trace(f, torch.ones(2, 2))
 
+    def test_autocast_off_region_is_guarded_and_survives_retracing(self):
+        """A region that turns autocast off is guarded against calls under autocast, and the
+        guard stays in the graph when it is pickled or re-traced."""
+        import pickle
+
+        class AutocastOff(nn.Module):
+            def forward(self, x):
+                with torch.autocast("cpu", enabled=False):
+                    return x @ x
+
+        x = torch.ones(2, 2)
+        gm = specfx.trace(AutocastOff(), (x,))
+        for graph in (gm, pickle.loads(pickle.dumps(gm)), specfx.trace(gm)):
+            assert torch.equal(graph(x), AutocastOff()(x))
+            assert "specfx_guard_value" in graph.code
+            with torch.autocast("cpu"), pytest.raises(GuardError, match="is_autocast_enabled"):
+                graph(x)
+
     def test_root_hooks_are_honoured(self):
         """Forward pre-hooks and hooks on the traced module are in the graph."""
         model = nn.Linear(2, 2)
