@@ -83,7 +83,17 @@ def install(tracer: "SpecTracer") -> None:
     def is_tensor(obj: Any) -> bool:
         return tracer.is_tensor(obj, _patches.previous(torch, "is_tensor"))
 
+    def is_autocast_enabled(*args: Any, **kwargs: Any) -> Any:
+        original = _patches.previous(torch, "is_autocast_enabled")
+        if (tracer.records_factories() and len(args) <= 1 and not kwargs and all(isinstance(a, str) for a in args)
+                and is_user_file(sys._getframe(2).f_code.co_filename)):
+            # model code branching on autocast: the trace's answer, guarded like grad mode
+            # (no argument is torch's legacy spelling of "cuda")
+            return tracer.read_autocast(args[0] if args else "cuda")
+        return original(*args, **kwargs)
+
     _patches.patch(torch, "is_grad_enabled", is_grad_enabled)
+    _patches.patch(torch, "is_autocast_enabled", is_autocast_enabled)
     _patches.patch(torch._C, "_set_grad_enabled", set_grad_enabled)
     _patches.patch(torch, "is_tensor", is_tensor)
     def enter_autocast(region: Any) -> Any:
@@ -96,7 +106,7 @@ def install(tracer: "SpecTracer") -> None:
                     "call the traced graph under torch.autocast(...) instead, or cast explicitly in forward"))
             # a region that turns autocast off (rotary embeddings in fp32) changes nothing unless the
             # graph is called under autocast: guard that it is not
-            tracer.read_autocast(region.device)
+            tracer.read_autocast(region.device, assumed=False)
         return enter(region)
 
     _patches.patch(torch.autocast, "__enter__", enter_autocast)

@@ -490,11 +490,16 @@ class SpecTracer(torch.fx.Tracer):
                              "torch.is_grad_enabled()", "`torch.is_grad_enabled()`"))
         return mode
 
-    def read_autocast(self, device_type: str) -> None:
-        """Called when traced code turns autocast off: guard that the graph runs without it."""
+    def read_autocast(self, device_type: str, assumed: Optional[bool] = None) -> bool:
+        """Called for ``torch.is_autocast_enabled(device_type)`` in traced code (``assumed`` None:
+        the answer is the trace's, guarded) and when traced code turns autocast off
+        (``assumed`` False: the graph is only valid where autocast is off)."""
         proxy = self._call(autocast_enabled, device_type)
-        self.decide(Decision(proxy, GuardKind.VALUE, Specialize.NONE, False, (False,),
-                             f"torch.is_autocast_enabled({device_type!r})", "`torch.autocast(enabled=False)`"))
+        enabled = bool(value_of(proxy)) if assumed is None else assumed
+        operation = "`torch.is_autocast_enabled()`" if assumed is None else "`torch.autocast(enabled=False)`"
+        self.decide(Decision(proxy, GuardKind.VALUE, Specialize.NONE, enabled, (enabled,),
+                             f"torch.is_autocast_enabled({device_type!r})", operation))
+        return enabled
 
     def is_tensor(self, obj: Any, is_tensor: Callable[[Any], bool]) -> bool:
         """Called for ``torch.is_tensor(obj)`` in traced code: answered as ``isinstance``."""

@@ -251,6 +251,18 @@ class TestAmbientState:  # class 9
             with torch.autocast("cpu"), pytest.raises(GuardError, match="is_autocast_enabled"):
                 graph(x)
 
+    def test_branch_on_autocast_state_is_guarded(self):
+        """`if torch.is_autocast_enabled(...)` is the trace's answer, guarded: a graph traced
+        without autocast raises GuardError when called under it."""
+
+        def f(x):
+            return x * 2 if torch.is_autocast_enabled("cpu") else x
+
+        gm = specfx.trace(f, (torch.ones(2),))
+        assert torch.equal(gm(torch.ones(2)), f(torch.ones(2)))
+        with torch.autocast("cpu"), pytest.raises(GuardError, match=r"is_autocast_enabled\('cpu'\)"):
+            gm(torch.ones(2))
+
     def test_root_hooks_are_honoured(self):
         """Forward pre-hooks and hooks on the traced module are in the graph."""
         model = nn.Linear(2, 2)
