@@ -13,21 +13,13 @@ from typing import Optional
 import torch
 from torch import nn
 
+# the README's seed example (split, then *-unpack into a call): one definition, the demo's
+from specfx._demo import TestModule
+
 __all__ = [
     "BertLike", "Chain", "ChainBlock", "GatedMLP", "GuardedCNN", "GuardedTransformer", "MultiInput",
     "ResNetLike", "ResidualNormBlocks", "SmallMLP", "SmallResNet", "TestModule", "sequential_mlp_blocks",
 ]
-
-
-class TestModule(nn.Module):
-    """The README's seed example: split into chunks, then ``*``-unpack them into a call."""
-
-    def call_cat(self, *args: torch.Tensor) -> torch.Tensor:
-        return torch.cat(args, dim=1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        parts = torch.split(x, 2, dim=1)
-        return self.call_cat(*parts)
 
 
 # -- ResNet-50 and BERT layouts (tools/bench.py) ------------------------------------------
