@@ -17,7 +17,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-__all__ = ["SourceLocation", "is_user_file", "user_frame", "user_location"]
+__all__ = ["SourceLocation", "is_internal_file", "is_user_file", "user_frame", "user_location"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -52,6 +52,11 @@ def _is_internal(filename: str) -> bool:
         )
         _internal_by_filename[filename] = internal
     return internal
+
+
+def is_internal_file(filename: str) -> bool:
+    """Whether ``filename`` is specfx or a torch file that only relays calls (cached)."""
+    return _is_internal(filename)
 
 
 def is_user_file(filename: str) -> bool:

@@ -42,6 +42,7 @@ from torch.fx.node import has_side_effect
 from torch.fx.proxy import Proxy
 from torch.utils import _pytree as pytree
 
+from . import _caught
 from .errors import GuardError
 
 __all__ = ["StructuredCodeGen", "entry_only", "flatten_inputs", "is_plain", "leaf_kind", "rebuild_outputs", "structured_root"]
@@ -299,7 +300,19 @@ class StructuredCodeGen(_PyTreeCodeGen):
 
     def additional_globals(self) -> List[Tuple[str, Any]]:
         return [("specfx_flatten_inputs", flatten_inputs), ("specfx_rebuild_outputs", rebuild_outputs),
-                *self.default_globals]
+                ("specfx_raise_caught", _caught.raise_caught), *self.default_globals]
+
+    def _gen_python_code(self, nodes: Any, *args: Any, **kwargs: Any) -> Any:
+        # ops traced inside the model's try blocks: the body runs in one try (_caught.py)
+        if not _caught.is_marked(nodes):
+            return super()._gen_python_code(nodes, *args, **kwargs)
+        previous = self._body_transformer
+        self._body_transformer = (_caught.protect_body if previous is None
+                                  else lambda body: _caught.protect_body(previous(body)))
+        try:
+            return super()._gen_python_code(nodes, *args, **kwargs)
+        finally:
+            self._body_transformer = previous
 
     def process_inputs(self, *inputs: Any) -> Any:
         # one value per parameter, in order (``*args``/``**kwargs`` as their tuple/dict)

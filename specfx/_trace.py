@@ -14,6 +14,7 @@ import torch
 import torch.fx
 from torch.fx.graph_module import _USER_PRESERVED_ATTRIBUTES_KEY
 
+from . import _caught
 from ._decisions import Specialization
 from ._options import check_autowrap, guard_concrete_args, tensor_defaults_as_inputs, traceable_root
 from ._policy import Policy, Specialize, parse_flags
@@ -165,6 +166,10 @@ def attach(gm: torch.fx.GraphModule, specializations: Sequence[Specialization], 
     preserved = gm.meta.setdefault(_USER_PRESERVED_ATTRIBUTES_KEY, {})
     preserved["specializations"] = gm.specializations
     preserved["specfx_policy"] = policy
+    caught = _caught.marks(gm.graph)
+    if caught:  # ops traced inside the model's try blocks, by name, for the graph's re-trace on unpickling
+        setattr(gm, _caught.ATTRIBUTE, caught)
+        preserved[_caught.ATTRIBUTE] = caught
 
 
 def _as_policy(policy: PolicyLike) -> Policy:

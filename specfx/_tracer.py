@@ -32,7 +32,7 @@ from torch.fx.graph_module import _CodeOnlyModule
 from torch.fx.node import Node
 from torch.fx.proxy import Proxy
 
-from . import _ambient, _messages, _patches
+from . import _ambient, _caught, _messages, _patches
 from ._bytecode import constant_subscript_next, unpack_count
 from ._decisions import Decider, Decision, Specialization
 from ._describe import is_input_path
@@ -97,6 +97,7 @@ _CONVERSIONS: Dict[str, Tuple[GuardKind, Callable[[Any], Any], str]] = {
     "float": (GuardKind.FLOAT, float, "float"),
     "index": (GuardKind.INDEX, operator.index, "operator.index"),
 }
+_CALL_KINDS = frozenset({"call_function", "call_method", "call_module"})
 _SHAPE_METHOD_KINDS = {"dim": GuardKind.NDIM, "numel": GuardKind.NUMEL, "nelement": GuardKind.NUMEL}
 
 
@@ -161,6 +162,7 @@ class SpecTracer(torch.fx.Tracer):
         self._codegen: Optional[StructuredCodeGen] = None  # inputs/outputs as pytrees (_structure.py)
         self._scripted = ScriptedFunctions(self._is_tracing)
         self._output: Any = None
+        self._trace_frame: Optional[types.FrameType] = None
 
     @property
     def specializations(self) -> list[Specialization]:
@@ -182,6 +184,7 @@ class SpecTracer(torch.fx.Tracer):
             token = fresh_layers()
             self._concrete_names = frozenset(concrete_args or ())
             self._scripted = ScriptedFunctions(self._is_tracing)
+            self._trace_frame = sys._getframe()  # try blocks above it are the caller's, not the model's
             try:
                 with _patches.tracing():  # (isinstance is patched in create_args_for_root)
                     _patches.confine_fx_tracing_flag()
@@ -193,8 +196,10 @@ class SpecTracer(torch.fx.Tracer):
                     install_transformers_support(self._is_tracing)
                     graph = super().trace(root, concrete_args)
                     self._fail_if_caught()
+                    _caught.restore(graph, root)
                     return graph
             finally:
+                self._trace_frame = None
                 reset_layers(token)
                 annotations_active().reset(annotations)
                 _ACTIVE_TRACER.reset(active)
@@ -414,6 +419,11 @@ class SpecTracer(torch.fx.Tracer):
         if meta is not None:
             proxy.node.meta["tensor_meta"] = meta
         proxy.node.meta["type"] = type(value)
+        if kind in _CALL_KINDS:
+            handlers = _caught.protection(self._trace_frame)
+            if handlers is not None:  # the model code would catch what this op may raise
+                proxy.node.meta[_caught.CAUGHT] = _caught.Caught(
+                    handlers, self.describe(proxy), _where(user_location()), _caught.target_name(proxy.node))
         return proxy
 
     def _evaluate(self, kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
@@ -744,6 +754,10 @@ class SpecTracer(torch.fx.Tracer):
         name = type_name(value_of(proxy))  # the exact class: a Parameter, a list or a tuple, an int or a float
         self.decide(Decision(proxy, GuardKind.TYPE, Specialize.NONE, name, (name,), text,
                              f"isinstance() of `{text}`", key=(proxy.node, GuardKind.TYPE), location=location))
+
+
+def _where(location: Optional[SourceLocation]) -> str:
+    return location.describe() if location is not None else "<unknown>"
 
 
 def _describe_call(kind: str, target: Any) -> str:

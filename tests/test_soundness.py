@@ -7,6 +7,7 @@ GuardError; what the policy does not grant is refused at trace time.
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -137,6 +138,116 @@ class TestCaughtRefusalsAndExceptions:  # classes 5 and 6
         assert "return x @ y" in str(caught.value)
         gm = specfx.trace(f, (torch.ones(2, 3), torch.ones(3, 3)))
         assert same_or_guard(gm, f, torch.ones(2, 3), torch.ones(3, 3)) == "equal"
+
+
+class TestOpsTracedInsideTryBlocks:  # class 6, the op worked on the example
+    """An op in a try block that worked on the example: where it raises on an input and the
+    model's handler would catch it, the graph raises GuardError (eager takes the fallback)."""
+
+    @staticmethod
+    def matmul_or_fallback(x, y):
+        try:
+            return x @ y
+        except RuntimeError:
+            return x * y.sum()
+
+    @pytest.mark.parametrize("rows, inner, cols", [(2, 3, 2), (1, 4, 1), (3, 2, 5)])
+    def test_graph_equals_eager_or_raises_guard_error(self, rows, inner, cols):
+        f = self.matmul_or_fallback
+        gm = specfx.trace(f, (torch.randn(2, 3), torch.randn(3, 2)))
+        outcome = same_or_guard(gm, f, torch.randn(rows, inner), torch.randn(inner, cols))
+        assert outcome == "equal"
+        with pytest.raises(GuardError) as caught:
+            gm(torch.randn(rows, inner), torch.randn(inner + 1, cols))
+        message = str(caught.value)
+        assert "`x @ y`" in message and "return x @ y" in message and "RuntimeError" in message
+        handler_line = f.__code__.co_firstlineno + 3
+        assert f"test_soundness.py:{handler_line}" in message
+        assert isinstance(caught.value.__cause__, RuntimeError) and caught.value.kind == "caught"
+
+    def test_the_graph_keeps_its_nodes(self):
+        """Nothing is wrapped: FX passes see the op itself."""
+        gm = specfx.trace(self.matmul_or_fallback, (torch.randn(2, 3), torch.randn(3, 2)))
+        plain = torch.fx.symbolic_trace(lambda x, y: x @ y)
+        assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [
+            n.target for n in plain.graph.nodes if n.op == "call_function"]
+
+    def test_an_error_the_handler_does_not_catch_is_raised_as_eager_raises_it(self):
+        def f(x, y):
+            try:
+                z = x @ y
+            except KeyError:
+                z = x
+            return z * 2
+
+        gm = specfx.trace(f, (torch.randn(2, 3), torch.randn(3, 2)))
+        with pytest.raises(RuntimeError) as caught:
+            gm(torch.randn(2, 3), torch.randn(2, 3))
+        assert not isinstance(caught.value, GuardError)
+
+    def test_ops_after_the_try_block_raise_their_own_error(self):
+        def f(x, y):
+            try:
+                s = x.sum()
+            except RuntimeError:
+                s = 0
+            return x @ y + s
+
+        gm = specfx.trace(f, (torch.randn(2, 3), torch.randn(3, 2)))
+        with pytest.raises(RuntimeError) as caught:
+            gm(torch.randn(2, 3), torch.randn(2, 3))
+        assert not isinstance(caught.value, GuardError)
+
+    def test_a_try_block_in_a_caller_covers_the_ops_of_a_submodule(self):
+        class Inner(nn.Module):
+            def forward(self, x, y):
+                return torch.matmul(x, y) + 1
+
+        class Outer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = Inner()
+
+            def forward(self, x, y):
+                try:
+                    return self.inner(x, y)
+                except (ValueError, RuntimeError):
+                    return x
+
+        model = Outer()
+        gm = specfx.trace(model, (torch.randn(2, 3), torch.randn(3, 2)))
+        assert same_or_guard(gm, model, torch.randn(4, 3), torch.randn(3, 1)) == "equal"
+        with pytest.raises(GuardError, match="torch.matmul"):
+            gm(torch.randn(2, 3), torch.randn(2, 3))
+
+    def test_a_try_block_around_the_trace_call_is_not_the_models(self):
+        def f(x, y):
+            return x @ y
+
+        try:
+            gm = specfx.trace(f, (torch.randn(2, 3), torch.randn(3, 2)))
+        except RuntimeError:  # pragma: no cover - the trace works
+            raise
+        with pytest.raises(RuntimeError) as caught:
+            gm(torch.randn(2, 3), torch.randn(2, 3))
+        assert not isinstance(caught.value, GuardError)
+
+    def test_deepcopied_and_saved_graphs_keep_the_guard(self, tmp_path):
+        class Mismatch(RuntimeError):  # local: pickled by name, found again or taken as any error
+            pass
+
+        def f(x, y):
+            try:
+                return x @ y
+            except (Mismatch, RuntimeError):
+                return x.sum()
+
+        gm = specfx.trace(f, (torch.randn(2, 3), torch.randn(3, 2)))
+        torch.save(gm, tmp_path / "gm.pt")
+        for graph in (copy.deepcopy(gm), torch.load(tmp_path / "gm.pt", weights_only=False)):
+            assert torch.equal(graph(torch.ones(2, 3), torch.ones(3, 2)), f(torch.ones(2, 3), torch.ones(3, 2)))
+            with pytest.raises(GuardError, match="raised RuntimeError"):
+                graph(torch.randn(2, 3), torch.randn(2, 3))
 
 
 class TestTensorProperties:  # class 7

@@ -1,0 +1,214 @@
+"""Ops traced inside model code's ``try`` blocks, where they worked on the example.
+
+Traced where ``x @ y`` worked, the graph computes ``x @ y``; on an input where it raises,
+eager runs the ``except`` handler, which the graph does not have. So the tracer marks each
+node traced while an ``except`` clause of the model code could catch its exception
+(``node.meta[CAUGHT]``, found from the exception tables of the frames being traced:
+:func:`specfx._bytecode.exception_handlers`), the generated ``forward`` runs its body in
+one ``try`` (no node is changed: FX passes and quantization see the same graph), and an
+exception from a marked node that the model's handler would catch becomes a ``GuardError``
+that names the op, the exception and the handler's line.
+
+Marks survive deepcopy (node meta), and pickling: ``gm._specfx_caught`` holds them by node
+name, and re-tracing the saved code (:func:`restore`) puts them back.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from ._bytecode import clause_types, exception_handlers, has_exception_handlers
+from ._source import SourceLocation, is_internal_file
+from .errors import GuardError
+
+__all__ = ["ATTRIBUTE", "CAUGHT", "Caught", "protect_body", "protection", "raise_caught", "restore"]
+
+CAUGHT = "specfx_caught"  # node.meta key
+ATTRIBUTE = "_specfx_caught"  # GraphModule attribute: node name -> Caught, kept by pickling
+_RAISE_NAME = "specfx_raise_caught"  # the generated code's name for raise_caught
+
+# Handlers: (exception classes, None for any; "file:line" of the handler)
+Handlers = Tuple[Tuple[Optional[Tuple[type, ...]], str], ...]
+
+
+class Caught:
+    """A node traced inside handlers that may catch its exception: which classes each
+    handler catches (innermost first; None: any exception), the op and where it was traced."""
+
+    __slots__ = ("handlers", "operation", "where", "target")
+
+    def __init__(self, handlers: Handlers, operation: str, where: str, target: str) -> None:
+        self.handlers = handlers
+        self.operation = operation
+        self.where = where
+        self.target = target  # the node's target, to check that a restored mark is its node's
+
+    def handler_for(self, error: BaseException) -> Optional[str]:
+        """The line of the first handler that catches ``error``, or None."""
+        for caught, line in self.handlers:
+            if caught is None or isinstance(error, caught):
+                return line
+        return None
+
+    def __reduce__(self) -> Any:  # classes by name: a class local to a test cannot be pickled
+        names = tuple((None if caught is None else tuple(_name(c) for c in caught), line)
+                      for caught, line in self.handlers)
+        return (_caught_from_names, (names, self.operation, self.where, self.target))
+
+    def __repr__(self) -> str:
+        return f"Caught({self.operation!r} at {self.where!r}, handlers={self.handlers!r})"
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _class(name: str) -> Optional[type]:
+    module, _, qualname = name.partition(":")
+    try:
+        value: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError):
+        return None
+    return value if isinstance(value, type) else None
+
+
+def _caught_from_names(names: Any, operation: str, where: str, target: str) -> Caught:
+    handlers: List[Tuple[Optional[Tuple[type, ...]], str]] = []
+    for caught_names, line in names:
+        classes = None if caught_names is None else tuple(_class(n) for n in caught_names)
+        # a class that cannot be found again is taken as catching anything (a GuardError, not a wrong answer)
+        known = None if classes is None or None in classes else tuple(c for c in classes if c is not None)
+        handlers.append((known, line))
+    return Caught(tuple(handlers), operation, where, target)
+
+
+# -- while tracing -------------------------------------------------------------------------------
+
+_WALKED: Dict[int, Tuple[types.CodeType, bool]] = {}  # id(code) -> (code, worth looking at)
+
+
+def _worth_looking_at(code: types.CodeType) -> bool:
+    """Model code with try blocks (not specfx, torch.fx's relays, or specfx's generated forward)."""
+    worth = (has_exception_handlers(code) and not is_internal_file(code.co_filename)
+             and _RAISE_NAME not in code.co_names)
+    _WALKED[id(code)] = (code, worth)  # the code is kept, so that its id stays its own
+    return worth
+
+
+def protection(stop: Optional[types.FrameType]) -> Optional[Handlers]:
+    """The ``except`` handlers of the frames being traced (from the caller's up to, not
+    including, ``stop``) that an exception raised now would reach, innermost first; None
+    when there are none (``finally`` and ``with`` blocks re-raise and are passed through).
+    Called for every op: one dict lookup per frame."""
+    found: List[Tuple[Optional[Tuple[type, ...]], str]] = []
+    walked = _WALKED
+    frame: Optional[types.FrameType] = sys._getframe(1)
+    while frame is not None and frame is not stop:
+        code = frame.f_code
+        cached = walked.get(id(code))
+        if cached[1] if cached is not None and cached[0] is code else _worth_looking_at(code):
+            for handler in exception_handlers(code, frame.f_lasti):
+                if handler.kind != "except":
+                    continue
+                line = str(SourceLocation(code.co_filename, handler.line, code.co_name))
+                for clause in handler.clauses:
+                    # a bare `except:` catches anything; an expression specfx cannot read, too
+                    found.append((clause_types(clause, frame) if clause else None, line))
+        frame = frame.f_back
+    return tuple(found) if found else None
+
+
+def target_name(node: torch.fx.Node) -> str:
+    """A node's target as a stable string (functions by their qualified name)."""
+    target = node.target
+    return target if isinstance(target, str) else getattr(target, "__qualname__", None) or repr(target)
+
+
+def marks(graph: torch.fx.Graph) -> Dict[str, Caught]:
+    """The graph's marks by node name (stored on the GraphModule for pickling)."""
+    return {node.name: node.meta[CAUGHT] for node in graph.nodes if CAUGHT in node.meta}
+
+
+def restore(graph: torch.fx.Graph, root: Any) -> None:
+    """Re-tracing a specfx graph's code (unpickling, ``specfx.trace(gm)``): put the marks
+    that the saved graph held back on the nodes of the same name and target."""
+    saved = getattr(root, "__dict__", {}).get(ATTRIBUTE)
+    if not saved:
+        return
+    for node in graph.nodes:
+        caught = saved.get(node.name)
+        if caught is not None and caught.target == target_name(node):
+            node.meta[CAUGHT] = caught
+
+
+# -- the generated code ------------------------------------------------------------------------
+
+
+def protect_body(body: List[str]) -> List[str]:
+    """torch.fx's body transformer: forward's body (after the entry check) inside one ``try``
+    whose handler hands the exception to :func:`raise_caught` and re-raises it otherwise."""
+    indented = ["".join("    " + line if line.strip() else line for line in chunk.splitlines(True))
+                for chunk in body]
+    return ["try:\n", *indented,
+            f"except Exception as specfx_error:\n    {_RAISE_NAME}(self, specfx_error)\n    raise\n"]
+
+
+def is_marked(nodes: Any) -> bool:
+    """Whether any of ``nodes`` is marked (the code generation wraps the body then)."""
+    return any(CAUGHT in node.meta for node in nodes)
+
+
+def raise_caught(gm: torch.fx.GraphModule, error: BaseException) -> None:
+    """Called by the generated ``forward`` with an exception its body raised: when a
+    marked node raised it and the model's handler catches it, raise ``GuardError``.
+
+    >>> import torch, specfx
+    >>> def f(x, y):
+    ...     try:
+    ...         return x @ y
+    ...     except RuntimeError:
+    ...         return x * y.sum()
+    >>> gm = specfx.trace(f, (torch.ones(2, 3), torch.ones(3, 2)))
+    >>> try:
+    ...     gm(torch.ones(2, 3), torch.ones(2, 3))
+    ... except specfx.GuardError as e:
+    ...     print(e.kind, type(e.__cause__).__name__)
+    caught RuntimeError
+    """
+    if isinstance(error, GuardError):
+        return
+    traceback = error.__traceback__
+    lineno_map = getattr(gm, "_lineno_map", None)
+    if traceback is None or not lineno_map:
+        return
+    index = lineno_map.get(traceback.tb_lineno - getattr(gm, "_prologue_start", 0))
+    if index is None:
+        return
+    node = next((n for i, n in enumerate(gm.graph.nodes) if i == index), None)
+    caught = node.meta.get(CAUGHT) if node is not None else None
+    handler = caught.handler_for(error) if caught is not None else None
+    if caught is None or handler is None:
+        return
+    message = (
+        f"specfx guard failed: the graph was traced where `{caught.operation}` at {caught.where} "
+        f"succeeded, inside a try block; for this input it raised {type(error).__name__}: "
+        f"{_short(str(error))}, and eager runs the except handler at {handler} instead, which the "
+        f"graph does not have.\n"
+        f"Fix: test the condition instead of catching its error (e.g. compare the shapes: a decision "
+        f"specfx guards and a Specializer can trace both ways), or move the try/except out of the traced "
+        f"code (into a leaf module: trace(..., leaf_modules=[...]), or around the graph's call)."
+    )
+    raise GuardError(message, expression=caught.operation, kind="caught", expected="no exception",
+                     actual=f"{type(error).__name__}: {_short(str(error))}", location=caught.where) from error
+
+
+def _short(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

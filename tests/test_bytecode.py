@@ -1,0 +1,61 @@
+"""specfx._bytecode's reading of model code's try blocks (exception tables, Python >= 3.11)."""
+
+from __future__ import annotations
+
+import dis
+import sys
+
+import pytest
+import torch
+
+from specfx._bytecode import clause_types, exception_handlers
+
+pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="exception tables are Python >= 3.11")
+
+
+def _handlers_at_call(fn, name):
+    """The handlers around the call of ``name`` (a method or global) inside ``fn``."""
+    listing = list(dis.get_instructions(fn))
+    load = next(i for i, inst in enumerate(listing) if inst.argval == name)
+    call = next(inst for inst in listing[load:] if inst.opname in ("CALL", "BINARY_OP"))
+    return exception_handlers(fn.__code__, call.offset)
+
+
+def nested(x, ctx):
+    try:
+        try:
+            with ctx:
+                y = x.matmul(x)
+        except (TypeError, torch.jit.Error):
+            y = 1
+    except RuntimeError:
+        y = 2
+    finally:
+        y = 3
+    try:
+        z = x.cos()
+    except:  # noqa: E722 - a bare except is one of the forms read
+        z = 0
+    return y, z
+
+
+def test_handlers_are_listed_innermost_first_with_their_lines():
+    first = nested.__code__.co_firstlineno
+    handlers = _handlers_at_call(nested, "matmul")
+    assert [(h.kind, h.line - first) for h in handlers] == [
+        ("with", 3), ("except", 5), ("except", 7), ("finally", 10)]  # (its first statement)
+    assert _handlers_at_call(nested, "cos")[0].clauses == ((),)  # bare `except:`
+
+
+def test_clause_types_are_read_in_the_frame():
+    frame = sys._getframe()
+    inner, outer = _handlers_at_call(nested, "matmul")[1:3]
+    assert clause_types(inner.clauses[0], frame) == (TypeError, torch.jit.Error)
+    assert clause_types(outer.clauses[0], frame) == (RuntimeError,)
+
+
+def test_code_without_try_blocks_has_no_handlers():
+    def plain(x):
+        return x.matmul(x)
+
+    assert _handlers_at_call(plain, "matmul") == ()
