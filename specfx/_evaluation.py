@@ -7,13 +7,15 @@ object that reaches the tracer while the op runs) leaves the node without one.
 
 from __future__ import annotations
 
+import contextlib
 import operator
-from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, Optional, Protocol, Sequence, Tuple
 
 import torch
 from torch.fx import _symbolic_trace
 from torch.fx.node import map_aggregate
 from torch.fx.proxy import Proxy
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._values import MISSING, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, builtin_isinstance, state_of, value_of
 
@@ -22,7 +24,9 @@ try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch vers
 except ImportError:  # pragma: no cover - depends on the torch version
     _extract_tensor_metadata = None  # type: ignore[assignment]  # checked for None before use
 
-__all__ = ["INPLACE_FUNCTIONS", "StateView", "Unevaluable", "concrete_values", "provenance", "proxies_in", "run_op", "tensor_meta"]
+__all__ = ["INPLACE_FUNCTIONS", "PrivateDraws", "StateView", "Unevaluable", "callable_from_torch", "concrete_values",
+           "is_random_name", "is_torch_module",
+           "module_may_draw", "provenance", "proxies_in", "run_op", "tensor_meta"]
 
 
 class Unevaluable(BaseException):
@@ -47,6 +51,8 @@ class StateView(Protocol):
 
     def translate(self, value: Any) -> Any: ...
     def module(self, module: torch.nn.Module, *, copy_parameters: bool) -> torch.nn.Module: ...
+    def draws(self) -> ContextManager[Any]: ...
+    def may_draw(self, module: torch.nn.Module) -> bool: ...
 
 
 def concrete_values(
@@ -88,16 +94,25 @@ def run_op(
         if kind == "call_function":
             if values and (target in INPLACE_FUNCTIONS or getattr(target, "__name__", "").endswith("_")):
                 values = (state.writable(values[0]), *values[1:])
+            if _function_may_draw(target):
+                with state.draws():
+                    return target(*values, **kw_values)
             return target(*values, **kw_values)
         if kind == "call_method":
             if target.endswith("_") and not target.startswith("_"):
                 values = (state.writable(values[0]), *values[1:])
+            if is_random_name(target):
+                with state.draws():
+                    return getattr(values[0], target)(*values[1:], **kw_values)
             return getattr(values[0], target)(*values[1:], **kw_values)
         if kind == "call_module":
             module = get_submodule(target)
             # user-defined leaves may write their parameters: they run on copies of them too
-            user_defined = not type(module).__module__.startswith(("torch.nn", "torch.ao.nn"))
-            return state.module(module, copy_parameters=user_defined)(*values, **kw_values)
+            shadow = state.module(module, copy_parameters=not is_torch_module(module))
+            if state.may_draw(module):
+                with state.draws():
+                    return shadow(*values, **kw_values)
+            return shadow(*values, **kw_values)
         raise ValueError(f"unknown node kind {kind!r}")
     except Unevaluable:
         raise
@@ -107,6 +122,116 @@ def run_op(
         raise
     finally:
         _symbolic_trace._is_fx_tracing_flag = fx_flag
+
+
+# -- random draws ---------------------------------------------------------------------------
+
+# Substrings of the names of ops that may draw random numbers (over-matching costs a
+# dispatch mode around one op; under-matching would let an op draw from the user's RNG).
+_RANDOM_NAMES = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "exponential", "cauchy",
+                 "geometric", "log_normal", "rrelu", "poisson", "attention", "gumbel", "sample", "shuffle")
+
+
+def is_random_name(name: str) -> bool:
+    """Whether an op called ``name`` may draw random numbers (by name)."""
+    lowered = name.lower()
+    return any(part in lowered for part in _RANDOM_NAMES)
+
+
+def is_torch_module(module: torch.nn.Module) -> bool:
+    """Whether ``module``'s class is torch's own (not user code)."""
+    return type(module).__module__.startswith(("torch.nn", "torch.ao.nn"))
+
+
+def callable_from_torch(target: Any) -> bool:
+    """Whether a ``call_function`` target is torch's, specfx's (guards) or a Python builtin
+    (else: user code)."""
+    module = getattr(target, "__module__", None) or ""
+    return module.startswith(("torch", "specfx")) or module in ("_operator", "operator", "builtins", "math")
+
+
+def _function_may_draw(target: Any) -> bool:
+    # a user's wrapped function runs anything
+    return not callable_from_torch(target) or is_random_name(getattr(target, "__name__", ""))
+
+
+def module_may_draw(module: torch.nn.Module) -> bool:
+    """Whether calling ``module`` may draw random numbers: it (or a submodule) is
+    user-defined, a dropout/RReLU, or has a ``dropout`` probability (attention, RNNs)."""
+    for sub in module.modules():
+        if not is_torch_module(sub) or is_random_name(type(sub).__name__):
+            return True
+        probability = getattr(sub, "dropout", None)
+        if isinstance(probability, float) and probability > 0:
+            return True
+    return False
+
+
+class PrivateDraws(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+    """Random ops in this thread draw from private generators: ``generator(g)`` gives
+    the private counterpart of ``g`` (``None``: torch's default CPU generator), a
+    generator in the same state, so the values are those eager would draw while
+    the user's generators are never advanced. Another thread's draws are not
+    affected (dispatch modes are per thread). An op without a generator argument
+    (``torch.native_dropout``) runs with the default generator's state swapped for
+    the private one's around it. Ops on other devices draw as they would."""
+
+    def __init__(self, generator: Callable[[Optional[torch.Generator]], torch.Generator]) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+        self._generator = generator
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if torch.Tag.nondeterministic_seeded not in func.tags or not _on_cpu(args, kwargs):
+            return func(*args, **kwargs)
+        routed = _generator_overload(func)
+        if routed is None:
+            with _swapped_default(self._generator(None)):
+                return func(*args, **kwargs)
+        user = kwargs.get("generator")
+        if user is not None and user.device.type != "cpu":
+            return func(*args, **kwargs)
+        return routed(*args, **{**kwargs, "generator": self._generator(user)})
+
+
+def _on_cpu(args: Any, kwargs: Dict[str, Any]) -> bool:
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        return False
+    return all(a.device.type == "cpu" for a in args if isinstance(a, torch.Tensor))
+
+
+_OVERLOADS: Dict[Any, Any] = {}
+
+
+def _generator_overload(func: Any) -> Any:
+    """``func`` itself if it takes ``generator=`` as a keyword, else its overload that
+    does and otherwise takes the same arguments (``randn.default`` -> ``randn.generator``),
+    else None."""
+    if func in _OVERLOADS:
+        return _OVERLOADS[func]
+    names = [a.name for a in func._schema.arguments if a.name != "generator"]
+    found = None
+    for candidate in [func] + [getattr(func.overloadpacket, o) for o in func.overloadpacket.overloads()]:
+        arguments = candidate._schema.arguments
+        generator = [a for a in arguments if a.name == "generator"]
+        if generator and generator[0].kwarg_only and [a.name for a in arguments if a.name != "generator"] == names:
+            found = candidate
+            break
+    _OVERLOADS[func] = found
+    return found
+
+
+@contextlib.contextmanager
+def _swapped_default(private: torch.Generator) -> Iterator[None]:
+    default = torch.default_generator
+    saved = default.get_state()
+    default.set_state(private.get_state())
+    try:
+        yield
+    finally:
+        private.set_state(default.get_state())
+        default.set_state(saved)
 
 
 _RANDOM = frozenset({

@@ -172,8 +172,9 @@ class Specializer(torch.nn.Module):
         failures: List[Tuple[Variant, BaseException]] = []
         variants = self._by_key.get(key, ())
         for variant in variants:
-            # With one variant the graph's own guards decide; prologues only choose among several.
-            if variant.check is not None and len(variants) > 1:
+            # With one variant the graph's own guards decide; prologues only choose among several
+            # (and run first when the graph writes before a guard they check).
+            if variant.check is not None and (len(variants) > 1 or variant.check_first):
                 try:
                     variant.check(*args, **kwargs)
                 except Exception as error:  # a guard, or an input the prologue cannot read: a miss
@@ -190,8 +191,8 @@ class Specializer(torch.nn.Module):
                  failures: List[Tuple[Variant, BaseException]]) -> Any:
         """Run ``variant``; on a guard failure put back what it wrote (when it may have
         written before the guard) and return _MISS."""
-        checkpoint = Checkpoint(args, kwargs, self._model) if (
-            variant.effectful and self.on_guard_failure == "retrace") else None
+        checkpoint = Checkpoint(variant.writes, variant.saved_paths, args, kwargs, variant.graph) if (
+            variant.writes and self.on_guard_failure == "retrace") else None
         try:
             return variant.run(*args, **kwargs)
         except GuardError as error:  # a guard on data, after part of the forward ran

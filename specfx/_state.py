@@ -13,13 +13,17 @@ threads using the same model are never reverted:
   clone whose buffers are those copies (and, for user-defined leaves, whose
   parameters are copies too);
 - a parameter is copied the moment an op is about to write to it (or to a view
-  of it, ``.data`` included); later reads of it then see the copy.
+  of it, ``.data`` included); later reads of it then see the copy;
+- random ops draw from private generators standing for torch's default one and
+  for those the model passes as ``generator=`` (``TraceState.draws``), created in
+  their state, so neither is advanced and the values are eager's.
 
 What Python code does to the model itself cannot be redirected: attributes it
 assigns, containers it appends to (``self.history.append(x)``), ``training``
-flags, ``.grad``/``requires_grad`` of parameters, generators it draws from, the
-global RNGs. Those are snapshot under the trace lock and put back, and a
-change the graph will not repeat is reported with a warning.
+flags, ``.grad``/``requires_grad`` of parameters, Python's and numpy's RNGs
+(drawn from by user-defined leaves only). Those are snapshot under the trace
+lock and put back, and a change the graph will not repeat is reported with a
+warning.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 import torch.fx
 
-from ._evaluation import INPLACE_FUNCTIONS
+from ._evaluation import INPLACE_FUNCTIONS, PrivateDraws, module_may_draw
 
 __all__ = ["NO_STATE", "StateKeeper", "TraceState", "clone_example", "preserved_state", "restore_contents"]
 
@@ -146,10 +150,36 @@ class TraceState:
         self._state: Dict[int, Optional[int]] = {}  # id of a tensor read from the model -> its storage key
         self._state_storages: Dict[int, torch.Tensor] = {}  # storage key -> a model tensor using it
         self.translating = False  # a tensor already handed out has been copied since
-        self._keep: List[torch.Tensor] = []  # keeps ids valid for the trace's lifetime
+        self._keep: List[Any] = []  # keeps ids valid for the trace's lifetime
         self._shadows: Dict[int, torch.nn.Module] = {}
         self._stateful: Dict[Tuple[int, bool], bool] = {}
+        self._draws: Dict[int, bool] = {}  # id(module) -> whether calling it may draw
+        self._generators: Dict[int, torch.Generator] = {}  # id(user's generator or the default) -> private
         self.copied = 0  # bytes copied, for measurements
+
+    def generator(self, user: Optional[torch.Generator]) -> torch.Generator:
+        """The private generator standing in for ``user`` (None: torch's default CPU
+        generator): created in ``user``'s state at the trace's first draw from it, so
+        the trace draws what eager would, and ``user`` is never advanced."""
+        source = torch.default_generator if user is None else user
+        private = self._generators.get(id(source))
+        if private is None:
+            private = self._generators[id(source)] = torch.Generator()
+            private.set_state(source.get_state())
+            self._keep.append(source)
+        return private
+
+    def draws(self) -> Any:
+        """A context in which random ops draw from the trace's private generators."""
+        return PrivateDraws(self.generator)
+
+    def may_draw(self, module: torch.nn.Module) -> bool:
+        """Whether calling leaf ``module`` may draw random numbers (cached per module)."""
+        known = self._draws.get(id(module))
+        if known is None:
+            known = self._draws[id(module)] = module_may_draw(module)
+            self._keep.append(module)
+        return known
 
     def _copy(self, tensor: torch.Tensor, *, handed_out: bool = False) -> torch.Tensor:
         """A private tensor with ``tensor``'s storage layout (so views of it map onto views of the copy)."""
@@ -249,7 +279,7 @@ class TraceState:
         shadow.__dict__["_modules"] = {k: None if m is None else self.module(m, copy_parameters=copy_parameters)
                                        for k, m in module._modules.items()}
         self._shadows[id(module)] = shadow
-        self._keep.append(module)  # type: ignore[arg-type]
+        self._keep.append(module)
         return shadow
 
     def _has_state(self, module: torch.nn.Module, parameters: bool) -> bool:
@@ -276,6 +306,9 @@ class _NoState(TraceState):
     def writable(self, value: Any) -> Any:
         return value
 
+    def draws(self) -> Any:
+        return contextlib.nullcontext()
+
 
 NO_STATE: TraceState = _NoState()
 
@@ -284,12 +317,19 @@ NO_STATE: TraceState = _NoState()
 
 
 class StateKeeper:
-    """Remembers what Python code may change on the model and puts it back."""
+    """Remembers what Python code may change on the model and puts it back.
 
-    def __init__(self, root: Any, *, runs_ops: bool = True) -> None:
+    For a trace (``retry=False``) torch's RNG and the model's generators are not
+    part of it: the trace draws from private generators and never advances them
+    (``TraceState.draws``). For a Specializer retry (``retry=True``) the graph's
+    ops really drew from them, so their states are remembered too, and parameter
+    versions are not checked (the checkpoint puts their values back)."""
+
+    def __init__(self, root: Any, *, runs_ops: bool = True, retry: bool = False) -> None:
         self._module = root if isinstance(root, torch.nn.Module) else None
+        self._retry = retry
         self.trace_state: TraceState = TraceState() if runs_ops else NO_STATE
-        self._rng = torch.get_rng_state()
+        self._rng = torch.get_rng_state() if retry else None
         self._python_rng = random.getstate()
         numpy = sys.modules.get("numpy")
         self._numpy_rng = numpy.random.get_state() if numpy is not None else None
@@ -312,7 +352,7 @@ class StateKeeper:
                 continue
             self._tables.append((name, m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules)))
             for key, value in m.__dict__.items():
-                if key not in _TABLES and (type(value) in _MUTABLE or isinstance(value, torch.Generator)):
+                if key not in _TABLES and (type(value) in _MUTABLE or (retry and isinstance(value, torch.Generator))):
                     self._remember(f"{name}.{key}" if name else key, value, seen, 4)
         for name, param in self._module.named_parameters():
             self._params.append((name, param, param.requires_grad, param.grad, param._version))
@@ -336,9 +376,11 @@ class StateKeeper:
         return self.trace_state.writable
 
     def restore(self) -> None:
-        """Put RNG states, module attributes (``training`` flags included), containers,
-        generators and parameters' autograd flags back."""
-        torch.set_rng_state(self._rng)
+        """Put Python's and numpy's RNG states, module attributes (``training`` flags
+        included), containers and parameters' autograd flags back (and, for a retry,
+        torch's RNG and the model's generators)."""
+        if self._rng is not None:
+            torch.set_rng_state(self._rng)
         random.setstate(self._python_rng)
         numpy = sys.modules.get("numpy")
         if numpy is not None and self._numpy_rng is not None:
@@ -366,7 +408,7 @@ class StateKeeper:
             if param.grad is not grad:
                 param.grad = grad
                 self.changed.append(f"{name}.grad")
-            if param._version != version:
+            if param._version != version and not self._retry:
                 lost.append(name)
         if lost:
             warnings.warn(

@@ -533,3 +533,94 @@ class TestThreads:
             t.join()
         assert errors == []
         assert_state_equal(model, before)
+
+    @pytest.mark.parametrize("held", [False, True], ids=["global_rng", "model_generator"])
+    def test_draws_of_another_thread_during_a_trace_are_not_replayed(self, held):
+        import threading
+
+        inside, done = threading.Barrier(2), threading.Barrier(2)
+        shared = torch.Generator() if held else torch.default_generator
+
+        class DrawsAroundAPause(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gen = shared
+
+            def forward(self, x):
+                noise = torch.randn(x.shape, generator=self.gen if held else None)
+                inside.wait(30)
+                done.wait(30)
+                return x + noise + torch.rand_like(x) + nn.functional.dropout(x, 0.5)
+
+        shared.manual_seed(0)
+        expected = torch.rand(6, generator=shared)  # the other thread's draws without a trace
+        shared.manual_seed(0)
+        drawn = []
+
+        def draw():
+            inside.wait(30)
+            try:
+                drawn.append(torch.rand(3, generator=shared))
+            finally:
+                done.wait(30)
+
+        thread = threading.Thread(target=draw)
+        thread.start()
+        specfx.trace(DrawsAroundAPause(), (torch.ones(4),))
+        thread.join()
+        drawn.append(torch.rand(3, generator=shared))
+        assert torch.equal(torch.cat(drawn), expected)
+
+
+class TestPrivateDraws:
+    """Random ops evaluated by the trace draw from private generators in the state
+    eager would draw from: the trace's decisions are eager's, nothing is advanced."""
+
+    @pytest.mark.parametrize("seed", range(6))
+    def test_a_decision_on_a_random_value_is_the_one_eager_takes(self, seed):
+        class Coin(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.drop = nn.Dropout(0.5)
+
+            def forward(self, x):
+                y = self.drop(x) + torch.rand_like(x)
+                return x * 2 if y.sum() > 3 else x
+
+        model = Coin().train()
+        torch.manual_seed(seed)
+        before = torch.get_rng_state()
+        gm = specfx.trace(model, (torch.ones(4),), policy=Policy(bool=True))
+        assert torch.equal(torch.get_rng_state(), before)
+        torch.manual_seed(seed)
+        eager = bool((model.drop(torch.ones(4)) + torch.rand_like(torch.ones(4))).sum() > 3)
+        (record,) = specfx.specializations(gm)
+        assert record.value is eager
+
+    def test_every_way_to_draw_leaves_the_generators_alone(self):
+        class DrawsEverything(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gen = torch.Generator().manual_seed(7)
+                self.attention = nn.MultiheadAttention(4, 2, dropout=0.5)
+                self.lstm = nn.LSTM(4, 4, num_layers=2, dropout=0.5)
+
+            def forward(self, x):
+                return (torch.randn(x.shape, generator=self.gen), torch.randn(x.shape), torch.rand_like(x),
+                        x.clone().uniform_(), torch.bernoulli(torch.full_like(x, 0.5)),
+                        torch.native_dropout(x, 0.5, True)[0], torch.randperm(4), torch.multinomial(x.abs() + 1, 2),
+                        self.attention(x[None], x[None], x[None])[0], self.lstm(x[None])[0],
+                        nn.functional.rrelu(x, training=True))
+
+        model = DrawsEverything().train()
+        x = torch.randn(3, 4)
+        torch.manual_seed(0)
+        generator, default = model.gen.get_state(), torch.get_rng_state()
+        gm = specfx.trace(model, (x,))
+        assert torch.equal(model.gen.get_state(), generator) and torch.equal(torch.get_rng_state(), default)
+        torch.manual_seed(0)
+        expected = model(x)
+        model.gen.set_state(generator)
+        torch.manual_seed(0)
+        for want, got in zip(expected, gm(x)):
+            assert torch.equal(want, got)
