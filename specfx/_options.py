@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import types
-from typing import Any, Callable, Dict, Iterable, Mapping, Tuple
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
 
 import torch
 import torch.fx
@@ -23,7 +23,7 @@ from torch.fx.proxy import Proxy
 from .errors import GuardError
 from .guards import _is_foreign_proxy, fingerprint
 
-__all__ = ["ENTRY_CHECKS", "check_autowrap", "check_concrete_arg", "check_input_type", "check_trace_options", "default_argument",
+__all__ = ["ENTRY_CHECKS", "check_autowrap", "check_concrete_arg", "check_leaf_modules", "check_input_type", "check_trace_options", "default_argument",
            "guard_concrete_args", "guard_input_types", "split_concrete", "tensor_defaults_as_inputs",
            "traceable_root"]
 
@@ -48,6 +48,21 @@ def check_autowrap(functions: Any, modules: Any) -> Tuple[Tuple[Callable[..., An
     return functions, modules
 
 
+def check_leaf_modules(modules: Optional[Iterable[Any]], keyword: str) -> Tuple[Any, ...]:
+    """``leaf_modules=``/``trace_through=`` as a tuple, or TypeError naming the first bad item."""
+    if modules is None:
+        return ()
+    if isinstance(modules, (str, type)):
+        modules = (modules,)
+    checked = tuple(modules)
+    for item in checked:
+        if not (isinstance(item, str) or (isinstance(item, type) and issubclass(item, torch.nn.Module))):
+            raise TypeError(
+                f"{keyword}= takes nn.Module subclasses or qualified module names; got {item!r}"
+            )
+    return checked
+
+
 def check_trace_options(options: Mapping[str, Any], *, caller: str) -> None:
     """Refuse unknown option names and malformed values (TypeError/ValueError)."""
     unknown = sorted(set(options) - set(_FORWARDED))
@@ -60,6 +75,7 @@ def check_trace_options(options: Mapping[str, Any], *, caller: str) -> None:
     if concrete is not None and not (isinstance(concrete, Mapping) and all(isinstance(k, str) for k in concrete)):
         raise TypeError(f"concrete_args= takes a dict from parameter name to value; got {concrete!r}")
     check_autowrap(options.get("autowrap_functions", ()), options.get("autowrap_modules", ()))
+    check_leaf_modules(options.get("leaf_modules"), "leaf_modules")
 
 
 def traceable_root(root: Any) -> Any:
@@ -103,6 +119,8 @@ def _partial_as_function(partial: functools.partial) -> Callable[..., Any]:
             params.append(f"{p.name}{default}")
             call.append(p.name)
     name = getattr(partial.func, "__name__", "partial")
+    if not name.isidentifier():  # a lambda, or a callable object's odd name: the function still needs one
+        name = "partial"
     source = f"def {name}({', '.join(params)}):\n    return __partial({', '.join(call)})\n"
     exec(compile(source, f"<specfx partial of {name}>", "exec"), namespace)
     function = namespace[name]

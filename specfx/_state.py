@@ -31,7 +31,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
-import dataclasses
 import operator
 import random
 import sys
@@ -77,12 +76,12 @@ def clone_example(value: Any, _memo: Optional[Dict[int, Any]] = None) -> Any:
         result: Any = _clone_tensor(value)
     elif type(value) in (list, tuple, dict) or isinstance(value, (list, tuple, dict)):
         result = _clone_container(value, memo)
-    elif isinstance(value, _OPAQUE) or not hasattr(value, "__dict__") or not _holds_tensors(value, 3):
+    elif isinstance(value, _OPAQUE) or not _attributes(value) or not _holds_tensors(value, 3):
         return value
     else:
         result = copy.copy(value)
         memo[key] = result
-        for name, item in vars(value).items():
+        for name, item in _attributes(value).items():
             cloned = clone_example(item, memo)
             if cloned is not item:
                 object.__setattr__(result, name, cloned)
@@ -120,9 +119,20 @@ def _holds_tensors(value: Any, depth: int) -> bool:
         return any(_holds_tensors(v, depth - 1) for v in value.values())
     if isinstance(value, (list, tuple)):
         return any(_holds_tensors(v, depth - 1) for v in value)
-    if dataclasses.is_dataclass(value) or hasattr(value, "__dict__"):
-        return any(_holds_tensors(v, depth - 1) for v in vars(value).values())
-    return False
+    return any(_holds_tensors(v, depth - 1) for v in _attributes(value).values())
+
+
+def _attributes(value: Any) -> Dict[str, Any]:
+    """An object's attributes: its ``__dict__`` and its ``__slots__`` (empty for builtins)."""
+    found: Dict[str, Any] = dict(getattr(value, "__dict__", None) or {})
+    for cls in type(value).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name.startswith("__") and not name.endswith("__"):
+                name = f"_{cls.__name__.lstrip('_')}{name}"  # a private slot's mangled name
+            if name not in ("__dict__", "__weakref__") and hasattr(value, name):
+                found[name] = getattr(value, name)
+    return found
 
 
 # -- copy-on-write state ----------------------------------------------------------------------
@@ -195,7 +205,8 @@ class TraceState:
                 self.copied += private.untyped_storage().nbytes()
             else:
                 storage = tensor.untyped_storage().clone()  # type: ignore[no-untyped-call]
-                private = torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+                # (Tensor.new_empty: torch.empty is a graph factory while the forward is traced)
+                private = tensor.detach().new_empty(0).set_(
                     storage, tensor.storage_offset(), tensor.size(), tensor.stride())
                 self._storages[_storage_key(tensor) or 0] = private
                 self.copied += storage.nbytes()
@@ -242,7 +253,7 @@ class TraceState:
     def _alias(self, value: torch.Tensor, key: int) -> torch.Tensor:
         holder = self._storages[key]
         with torch.no_grad():
-            alias = torch.empty(0, dtype=value.dtype, device=value.device).set_(
+            alias = value.detach().new_empty(0).set_(
                 holder.untyped_storage(), value.storage_offset(), value.size(), value.stride())
         self._private[id(value)] = alias
         self._keep.append(value)

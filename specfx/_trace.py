@@ -16,7 +16,7 @@ from torch.fx.graph_module import _USER_PRESERVED_ATTRIBUTES_KEY
 
 from . import _caught
 from ._decisions import Specialization
-from ._options import check_autowrap, guard_concrete_args, tensor_defaults_as_inputs, traceable_root
+from ._options import check_autowrap, check_leaf_modules, guard_concrete_args, tensor_defaults_as_inputs, traceable_root
 from ._policy import Policy, Specialize, parse_flags
 from ._report import list_decisions
 from ._state import clone_example, preserved_state
@@ -91,8 +91,8 @@ def trace(
         raise TypeError(f"guards= takes True or False; got {guards!r}")
     if not (isinstance(root, torch.nn.Module) or callable(root)):
         raise TypeError(f"trace() takes an nn.Module or a function; got {type(root).__name__}")
-    leaf_modules = _check_leaf_modules(leaf_modules, "leaf_modules")
-    trace_through = _check_leaf_modules(trace_through, "trace_through")
+    leaf_modules = check_leaf_modules(leaf_modules, "leaf_modules")
+    trace_through = check_leaf_modules(trace_through, "trace_through")
     if not (isinstance(tracer_class, type) and issubclass(tracer_class, SpecTracer)):
         raise TypeError(f"tracer_class= takes a subclass of specfx.SpecTracer; got {tracer_class!r}")
     if isinstance(root, torch.nn.Module):
@@ -183,20 +183,6 @@ def _as_policy(policy: PolicyLike) -> Policy:
         f"policy= takes a specfx.Policy, a specfx.Specialize or a string like 'iter,bool'; "
         f"got {type(policy).__name__}"
     )
-
-
-def _check_leaf_modules(modules: Optional[Iterable[Any]], keyword: str) -> Tuple[Any, ...]:
-    if modules is None:
-        return ()
-    if isinstance(modules, (str, type)):
-        modules = (modules,)
-    checked = tuple(modules)
-    for item in checked:
-        if not (isinstance(item, str) or (isinstance(item, type) and issubclass(item, torch.nn.Module))):
-            raise TypeError(
-                f"{keyword}= takes nn.Module subclasses or qualified module names; got {item!r}"
-            )
-    return checked
 
 
 def _warn_unmatched_scopes(policy: Policy, root: torch.nn.Module) -> None:

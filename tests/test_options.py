@@ -41,6 +41,10 @@ class TestRoots:
         assert torch.equal(gm(torch.ones(2)), torch.full((2,), 2.0))
         assert torch.equal(gm(torch.ones(2), scale=3.0), torch.full((2,), 3.0))
 
+    def test_partial_of_a_lambda_with_a_tensor_keyword(self):
+        gm = specfx.trace(functools.partial(lambda a, b: a * b, b=torch.full((2,), 4.0)), (torch.ones(2),))
+        assert torch.equal(gm(torch.ones(2)), torch.full((2,), 4.0))
+
 
 class TestWrongInputTypes:
     @pytest.mark.parametrize("given, type_name", [(None, "None"), ([1, 2], r"a list \(\[1, 2\]\)")])

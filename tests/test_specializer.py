@@ -358,6 +358,7 @@ class TestOptionsAndStats:
         ({"guards": False}, ValueError),
         ({"bogus": 1}, TypeError),
         ({"autowrap_functions": [1]}, TypeError),
+        ({"leaf_modules": [3]}, TypeError),
         ({"concrete_args": [1]}, TypeError),
     ])
     def test_refused_at_construction(self, kwargs, error):

@@ -443,7 +443,7 @@ class TestCopyOnWrite:
         after = numpy.random.get_state()
         assert after[0] == state[0] and (after[1] == state[1]).all() and after[2:] == state[2:]
 
-    @pytest.mark.parametrize("wrap", ["dataclass", "namespace", "object"])
+    @pytest.mark.parametrize("wrap", ["dataclass", "namespace", "object", "slots", "nested"])
     def test_example_inputs_in_any_container_are_not_written(self, wrap):
         import dataclasses
         import types
@@ -456,7 +456,23 @@ class TestCopyOnWrite:
             def __init__(self, x):
                 self.x = x
 
-        make = {"dataclass": Batch, "namespace": lambda x: types.SimpleNamespace(x=x), "object": Holder}[wrap]
+        class Slotted:
+            __slots__ = ("x", "__private")
+
+            def __init__(self, x):
+                self.x = x
+                self.__private = [x]
+
+        @dataclasses.dataclass
+        class Outer:
+            inner: dict
+
+            @property
+            def x(self):
+                return self.inner["k"][0]
+
+        make = {"dataclass": Batch, "namespace": lambda x: types.SimpleNamespace(x=x), "object": Holder,
+                "slots": Slotted, "nested": lambda x: Outer({"k": [x]})}[wrap]
 
         def forward(b):
             b.x.add_(1)
@@ -466,6 +482,25 @@ class TestCopyOnWrite:
         batch = make(x)
         specfx.trace(forward, (batch,))
         assert batch.x is x and torch.equal(x, torch.zeros(3)) and x._version == 0
+
+    def test_writes_through_data_items_init_and_copy_reach_copies(self):
+        class WritesThreeWays(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(torch.ones(3))
+                self.v = nn.Parameter(torch.ones(3))
+
+            def forward(self, x):
+                self.w.data[0] = 5.0
+                nn.init.zeros_(self.v)
+                self.w.data.copy_(self.w.data * 2)
+                return x * self.w + self.v
+
+        model = WritesThreeWays()
+        gm = specfx.trace(model, (torch.ones(3),))
+        assert torch.equal(model.w.detach(), torch.ones(3)) and torch.equal(model.v.detach(), torch.ones(3))
+        expected = WritesThreeWays()(torch.ones(3))
+        assert torch.equal(gm(torch.ones(3)), expected)
 
     def test_batchnorm_buffers_are_not_written_at_all(self):
         model = Normed().train()
