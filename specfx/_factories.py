@@ -17,17 +17,20 @@ guarded one. Without example inputs only calls that hold a traced value are reco
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
 from . import _patches
 from ._evaluation import proxies_in
+from ._source import is_user_file, user_location
+from .errors import SpecializationError
 
 if TYPE_CHECKING:
     from ._tracer import SpecTracer
 
-__all__ = ["FACTORIES", "record_factories"]
+__all__ = ["FACTORIES", "check_generator", "record_factories"]
 
 FACTORIES = (
     "arange", "empty", "eye", "full", "linspace", "logspace", "ones", "rand", "randint", "randn",
@@ -54,3 +57,56 @@ def record_factories(tracer: "SpecTracer") -> None:
     by the traced code become nodes of ``tracer``'s graph."""
     for name in FACTORIES:
         _patches.patch(torch, name, _recording(tracer, name))
+
+
+def check_generator(tracer: "SpecTracer", generator: torch.Generator) -> None:
+    """Refuse a ``torch.Generator`` that the traced code made while it ran.
+
+    A generator the graph holds as a constant keeps its state between calls. That is
+    eager's behaviour for a generator that outlives a call (torch's default one, one the
+    model or its module's globals hold), but not for one made inside ``forward``
+    (``torch.Generator().manual_seed(k)``): eager starts it afresh on every call, the graph
+    would continue its draws. A generator passed as an argument is an input, not a constant.
+    """
+    if not tracer.records_factories() or _outlives_call(tracer, generator):
+        return
+    location = user_location()
+    where = f"\n  at {location.describe()}" if location else ""
+    what = "torch.Generator()"
+    tracer.refuse(SpecializationError(
+        f"{what} made inside the traced code: eager makes (and seeds) a new generator on every call, "
+        "the graph would keep this one and continue its draws from call to call.\n"
+        "Fix: make the generator once, outside forward (`self.generator = torch.Generator().manual_seed(0)` "
+        f"in __init__), or pass it to forward as an argument.{where}",
+        operation=what, location=str(location) if location else None))
+
+
+def _outlives_call(tracer: "SpecTracer", generator: torch.Generator) -> bool:
+    if generator is torch.default_generator:
+        return True
+    cuda = getattr(torch.cuda, "default_generators", ())
+    if any(generator is g for g in cuda):
+        return True
+    root = getattr(tracer, "root", None)
+    if isinstance(root, torch.nn.Module):
+        for module in root.modules():
+            if any(value is generator for value in _held(module.__dict__.values())):
+                return True
+    frame = sys._getframe(1)
+    while frame is not None:  # module globals and closures of the code being traced
+        if is_user_file(frame.f_code.co_filename):
+            if any(value is generator for value in _held(frame.f_globals.values())):
+                return True
+            closure = frame.f_code.co_freevars
+            if closure and any(frame.f_locals.get(name) is generator for name in closure):
+                return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def _held(values: Any, depth: int = 2) -> Iterator[Any]:
+    """The values, and those inside lists, tuples and dicts among them (``depth`` levels)."""
+    for value in values:
+        yield value
+        if depth and type(value) in (list, tuple, dict):
+            yield from _held(value.values() if type(value) is dict else value, depth - 1)

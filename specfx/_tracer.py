@@ -35,7 +35,7 @@ from . import _ambient, _caught, _messages, _patches
 from ._decisions import Decider, Decision, Specialization
 from ._demands import ValueDemands
 from ._evaluation import StateView, Unevaluable, concrete_values, provenance, run_op, tensor_meta
-from ._factories import record_factories
+from ._factories import check_generator, record_factories
 from ._policy import Layer, Policy, Specialize
 from ._roots import (default_to_concrete_values, definition_line, optional_parameters,
                      put_varargs_before_keyword_only, with_root_hooks)
@@ -295,6 +295,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             return a.node
         if type(a) in _PLAIN_ARGUMENT_TYPES:  # torch.fx's Tracer checks these slowly, for nothing
             return a
+        if type(a) is torch.Generator:
+            check_generator(self, a)
         if isinstance(a, dict) and type(a) is not dict and dataclasses.is_dataclass(a):
             # transformers' ModelOutput: a dict subclass, which torch.fx would return as a plain dict
             return self.create_node("call_function", type(a), (), {k: self.create_arg(v) for k, v in a.items()})

@@ -110,6 +110,42 @@ class TestTensorsCreatedInForward:  # classes 3 and 4
             assert same_or_guard(gm, f, torch.ones(*shape)) == "equal"
 
 
+    def test_generator_made_in_forward_is_refused(self):
+        """A `torch.Generator()` seeded inside forward restarts on every eager call: refused
+        (the graph would continue its draws), with the line and the fix."""
+
+        def f(x):
+            generator = torch.Generator().manual_seed(3)
+            return x + torch.randn(x.shape, generator=generator)
+
+        with pytest.raises(SpecializationError, match=r"(?s)made inside the traced code.*in __init__.*"
+                           r"torch.randn\(x.shape, generator=generator\)"):
+            specfx.trace(f, torch.ones(3), policy=Policy(shapes=True))
+
+    def test_generators_that_outlive_a_call_continue_as_in_eager(self):
+        """The model's generator, a module global and an argument: the graph draws what eager draws."""
+        held = torch.Generator()
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.generators = [torch.Generator()]
+
+            def forward(self, x, generator):
+                return (x + torch.randn(x.shape, generator=self.generators[0])
+                        + torch.rand(x.shape, generator=held) + torch.randn(x.shape, generator=generator))
+
+        model = Model()
+        gm = specfx.trace(model, (torch.ones(3), torch.Generator()), policy=Policy(shapes=True))
+        for seed in (1, 2):
+            model.generators[0].manual_seed(seed)
+            held.manual_seed(seed + 10)
+            want = model(torch.ones(3), torch.Generator().manual_seed(seed))
+            model.generators[0].manual_seed(seed)
+            held.manual_seed(seed + 10)
+            assert torch.equal(gm(torch.ones(3), torch.Generator().manual_seed(seed)), want)
+
+
 class TestCaughtRefusalsAndExceptions:  # classes 5 and 6
     def test_refusal_caught_by_model_code_still_fails_the_trace(self):
         """`try: int(x.sum()) except TypeError` does not trace silently down the fallback."""
