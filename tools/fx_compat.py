@@ -24,7 +24,8 @@ Usage::
 The test file is not part of this repository: take ``test/test_fx.py`` of the
 PyTorch release that is installed, with the ``test/fx/`` helpers it imports
 (``fx/named_tup.py``, ``fx/test_future.py``, and the sibling suites it
-re-exports) beside it in a ``fx/`` folder. ``torch.testing._internal`` ships
+re-exports, or delete those imports) beside it in a ``fx/`` folder;
+``docs/guarantees.md`` has the commit measured and the counts. ``torch.testing._internal`` ships
 with torch; it needs the ``expecttest`` package. The exit status is 0 when
 nothing failed.
 
