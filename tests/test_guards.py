@@ -475,6 +475,37 @@ class TestGuardSurvival:
             torch._dynamo.reset()
 
 
+class TestGuardNamesInGeneratedCode:
+    """Generated code calls guard X as ``specfx_guard_X``: torch.fx's own name for a
+    function of the ``specfx`` package (docs/architecture.md, "Guard nodes", says why
+    not ``specfx.guards.guard_X``). That name must be the public function itself,
+    and a pickled graph must import it from the public package."""
+
+    @pytest.mark.parametrize("guard", sorted(set(specfx.guards.GUARDS.values()), key=lambda g: g.__name__),
+                             ids=lambda g: g.__name__)
+    def test_every_guard_is_importable_from_the_public_package(self, guard):
+        """What a pickle's import block names (``from specfx import guard_X``) is the
+        guard specfx.guards defines, so graphs load without private module paths."""
+        assert guard.__module__ == "specfx"
+        assert getattr(specfx, guard.__name__) is guard
+        assert getattr(specfx.guards, guard.__name__) is guard
+
+    @pytest.mark.parametrize("transform", TRANSFORMS, ids=lambda t: t.__name__)
+    def test_printed_name_is_the_guard_itself(self, gated, transform):
+        """``specfx_guard_len`` in the code is bound to specfx.guards.guard_len, before and after the transform."""
+        result = transform(gated[1])
+        names = {name: result.forward.__globals__[name] for name in re.findall(r"\b(specfx_guard_\w+)\(", result.code)}
+        assert names == {"specfx_guard_len": specfx.guards.guard_len,
+                         "specfx_guard_truth": specfx.guards.guard_truth}
+
+    def test_pickle_imports_guards_from_the_public_package(self, gated):
+        """The import block that unpickling executes takes the guards from the public package."""
+        _, (_, import_block) = gated[1].__reduce__()
+        guard_imports = sorted(line for line in import_block.splitlines() if "guard_" in line)
+        assert guard_imports == ["from specfx import guard_len as specfx_guard_len",
+                                 "from specfx import guard_truth as specfx_guard_truth"]
+
+
 # -- guards=False ---------------------------------------------------------------------------------
 
 
