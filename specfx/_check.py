@@ -1,8 +1,9 @@
 """``check_inputs``: the graph must return exactly what eager returns.
 
 Each check input runs through the eager model and through the graph, each on
-private copies of the model's tensors (shadow modules), from the same RNG
-state. The outputs must have the same structure, and each tensor the same
+private copies of the model's tensors (shadow modules), drawing random numbers
+from private generators that start from the same states (torch's global RNG and
+the model's generators are never advanced). The outputs must have the same structure, and each tensor the same
 dtype, shape, ``requires_grad``, aliasing (which outputs share memory with an
 input or with each other) and values bit for bit (NaNs where NaNs are, the sign
 of zeros): the graph runs the same kernels. ``check_tolerance=(rtol, atol)``
@@ -16,7 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch.utils import _pytree as pytree
 
-from ._state import TraceState, clone_example, preserved_state
+from ._evaluation import PrivateDraws
+from ._state import PrivateGenerators, TraceState, clone_example, preserved_state
 from ._tracer import TRACE_LOCK
 from .errors import GuardError, TraceCheckError
 
@@ -51,20 +53,23 @@ def check(gm: torch.fx.GraphModule, root: Any, check_inputs: Sequence[Any], tole
         eager_inputs, graph_inputs = clone_example((args, kwargs)), clone_example((args, kwargs))
         # Both runs act on private copies of the model's tensors (shadow modules): the user's
         # model is not written, and both start from the same state.
-        with TRACE_LOCK, preserved_state(root), torch.random.fork_rng(devices=[]):
+        # Both draw random numbers from private generators starting from the same states:
+        # torch's RNG and the model's generators are neither advanced nor rewound.
+        draws = PrivateGenerators()
+        with TRACE_LOCK, preserved_state(root):
             eager = TraceState().module(root, copy_parameters=True) if isinstance(root, torch.nn.Module) else root
             graph = TraceState().module(gm, copy_parameters=True)
-            rng = torch.get_rng_state()
             try:
-                expected = eager(*eager_inputs[0], **eager_inputs[1])
+                with PrivateDraws(draws.generator):
+                    expected = eager(*eager_inputs[0], **eager_inputs[1])
             except Exception as error:
                 raise TraceCheckError(
                     f"check_inputs[{index}]: the eager model itself raised {type(error).__name__}: {error}",
                     index=index,
                 ) from error
-            torch.set_rng_state(rng)
             try:
-                actual = graph(*graph_inputs[0], **graph_inputs[1])
+                with PrivateDraws(draws.fork().generator):
+                    actual = graph(*graph_inputs[0], **graph_inputs[1])
             except GuardError as error:
                 raise TraceCheckError(
                     f"check_inputs[{index}]: a guard failed, so the graph does not cover this input:\n{error}",

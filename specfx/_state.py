@@ -16,7 +16,8 @@ threads using the same model are never reverted:
   of it, ``.data`` included); later reads of it then see the copy;
 - random ops draw from private generators standing for torch's default one and
   for those the model passes as ``generator=`` (``TraceState.draws``), created in
-  their state, so neither is advanced and the values are eager's.
+  their state, so neither is advanced and the values are eager's
+  (``PrivateGenerators``).
 
 What Python code does to the model itself cannot be redirected: attributes it
 assigns, containers it appends to (``self.history.append(x)``), ``training``
@@ -43,7 +44,7 @@ import torch.fx
 
 from ._evaluation import INPLACE_FUNCTIONS, PrivateDraws, module_may_draw
 
-__all__ = ["NO_STATE", "StateKeeper", "TraceState", "clone_example", "preserved_state", "restore_contents"]
+__all__ = ["NO_STATE", "PrivateGenerators", "StateKeeper", "TraceState", "clone_example", "preserved_state", "restore_contents"]
 
 
 # -- example inputs --------------------------------------------------------------------------
@@ -147,6 +148,32 @@ def _storage_key(tensor: torch.Tensor) -> Optional[int]:
         return None
 
 
+class PrivateGenerators:
+    """Private generators standing in for the user's (``generator(None)``: torch's
+    default CPU generator), each created in the state its user's generator had at
+    the first draw from it, so the draws are eager's and the user's generator is
+    never advanced. ``fork()`` gives another set that starts from the same states
+    (``check_inputs`` runs eager and the graph from one RNG state)."""
+
+    def __init__(self, seeds: Optional[Dict[int, Tuple[Any, torch.Tensor]]] = None) -> None:
+        self._seeds: Dict[int, Tuple[Any, torch.Tensor]] = {} if seeds is None else seeds  # id -> (user's, state)
+        self._private: Dict[int, torch.Generator] = {}
+
+    def generator(self, user: Optional[torch.Generator]) -> torch.Generator:
+        source = torch.default_generator if user is None else user
+        private = self._private.get(id(source))
+        if private is None:
+            seed = self._seeds.get(id(source))
+            if seed is None:
+                seed = self._seeds[id(source)] = (source, source.get_state())  # (keeps the id valid)
+            private = self._private[id(source)] = torch.Generator()
+            private.set_state(seed[1])
+        return private
+
+    def fork(self) -> "PrivateGenerators":
+        return PrivateGenerators(self._seeds)
+
+
 class TraceState:
     """The trace's private view of the model's tensors (see the module docstring).
 
@@ -164,24 +191,12 @@ class TraceState:
         self._shadows: Dict[int, torch.nn.Module] = {}
         self._stateful: Dict[Tuple[int, bool], bool] = {}
         self._draws: Dict[int, bool] = {}  # id(module) -> whether calling it may draw
-        self._generators: Dict[int, torch.Generator] = {}  # id(user's generator or the default) -> private
+        self.generators = PrivateGenerators()
         self.copied = 0  # bytes copied, for measurements
-
-    def generator(self, user: Optional[torch.Generator]) -> torch.Generator:
-        """The private generator standing in for ``user`` (None: torch's default CPU
-        generator): created in ``user``'s state at the trace's first draw from it, so
-        the trace draws what eager would, and ``user`` is never advanced."""
-        source = torch.default_generator if user is None else user
-        private = self._generators.get(id(source))
-        if private is None:
-            private = self._generators[id(source)] = torch.Generator()
-            private.set_state(source.get_state())
-            self._keep.append(source)
-        return private
 
     def draws(self) -> Any:
         """A context in which random ops draw from the trace's private generators."""
-        return PrivateDraws(self.generator)
+        return PrivateDraws(self.generators.generator)
 
     def may_draw(self, module: torch.nn.Module) -> bool:
         """Whether calling leaf ``module`` may draw random numbers (cached per module)."""

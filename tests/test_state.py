@@ -309,6 +309,24 @@ class TestCheckInputs:
         assert torch.equal(torch.get_rng_state(), torch_state)
         assert random.getstate() == python_state
 
+    def test_eager_and_graph_draw_alike_from_a_generator_the_model_holds(self):
+        """check_inputs compares bit for bit: both runs draw the same numbers, and the
+        model's generator is not advanced by either."""
+
+        class OwnNoise(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gen = torch.Generator().manual_seed(5)
+                self.drop = nn.Dropout(0.5)
+
+            def forward(self, x):
+                return self.drop(x) + torch.randn(x.shape, generator=self.gen)
+
+        model, example, checks = OwnNoise().train(), torch.randn(3, 4), [torch.randn(5, 4), torch.randn(2, 4)]
+        state, default = model.gen.get_state(), torch.get_rng_state()
+        specfx.trace(model, example, check_inputs=checks)
+        assert torch.equal(model.gen.get_state(), state) and torch.equal(torch.get_rng_state(), default)
+
     def test_training_flags_unchanged(self):
         """check_inputs runs of a forward that toggles eval()/train() leave every `training` flag as it was."""
         model = TogglesModes().train()
