@@ -181,7 +181,10 @@ class TraceState:
     in-place op may write to, ``translate`` maps a value read before a copy was
     made onto the copy, ``module`` the module a leaf call runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Any = None) -> None:
+        # the model, whose tensors an op may reach without an attribute read the tracer
+        # sees (a plain tensor attribute: torch.fx reads it as a constant)
+        self._root: Optional[torch.nn.Module] = root if isinstance(root, torch.nn.Module) else None
         self._private: Dict[int, torch.Tensor] = {}  # id(user's tensor) -> private copy
         self._storages: Dict[int, torch.Tensor] = {}  # storage of a copied tensor -> the copy's storage holder
         self._state: Dict[int, Optional[int]] = {}  # id of a tensor read from the model -> its storage key
@@ -242,16 +245,34 @@ class TraceState:
             return private
         if is_buffer:
             return self._copy(value)
+        self._note(value)
+        return value
+
+    def _note(self, value: torch.Tensor) -> None:
+        """Remember ``value`` as the model's (copied before anything writes to it)."""
         if id(value) not in self._state:
             key = self._state[id(value)] = _storage_key(value)
             if key is not None:
                 self._state_storages.setdefault(key, value)
             self._keep.append(value)
-        return value
+
+    def _note_model(self) -> None:
+        """Every tensor the model holds (once, at the trace's first in-place op)."""
+        root, self._root = self._root, None
+        for module in root.modules() if root is not None else ():
+            if isinstance(module, torch.jit.ScriptModule):
+                continue
+            for value in (*module._parameters.values(), *module._buffers.values(), *module.__dict__.values()):
+                if isinstance(value, torch.Tensor) and id(value) not in self._private:
+                    self._note(value)
 
     def writable(self, value: Any) -> Any:
         """``value`` if an op may write to it freely, else its private counterpart."""
-        if not isinstance(value, torch.Tensor) or not self._state:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if self._root is not None:
+            self._note_model()
+        if not self._state:
             return value
         private = self._private.get(id(value))
         if private is not None:
@@ -354,7 +375,7 @@ class StateKeeper:
     def __init__(self, root: Any, *, runs_ops: bool = True, retry: bool = False) -> None:
         self._module = root if isinstance(root, torch.nn.Module) else None
         self._retry = retry
-        self.trace_state: TraceState = TraceState() if runs_ops else NO_STATE
+        self.trace_state: TraceState = TraceState(root) if runs_ops else NO_STATE
         self._rng = torch.get_rng_state() if retry else None
         self._python_rng = random.getstate()
         numpy = sys.modules.get("numpy")

@@ -501,6 +501,20 @@ class TestCopyOnWrite:
         specfx.trace(forward, (batch,))
         assert batch.x is x and torch.equal(x, torch.zeros(3)) and x._version == 0
 
+    def test_a_plain_tensor_attribute_written_in_place_is_not_written(self):
+        class Accumulates(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.total = torch.zeros(2)  # neither a parameter nor a buffer
+
+            def forward(self, x):
+                self.total.add_(x)
+                return x * 2
+
+        model = Accumulates()
+        specfx.trace(model, (torch.ones(2),))
+        assert torch.equal(model.total, torch.zeros(2)) and model.total._version == 0
+
     def test_writes_through_data_items_init_and_copy_reach_copies(self):
         class WritesThreeWays(nn.Module):
             def __init__(self):
