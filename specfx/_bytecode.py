@@ -223,3 +223,122 @@ def clause_types(clause: Tuple[Tuple[str, Any], ...], frame: types.FrameType) ->
         return None
     return caught
 
+
+
+# -- `type(x) is T`: calls of the builtin type() compared right away --------------------------
+
+
+class TypeCheck(NamedTuple):
+    """A ``type(<name>[.attr...])`` call whose result is compared (``is``, ``==``, ``in``,
+    also through ``.__name__``), and the offsets of the instructions it dominates (every
+    path from the function's entry to them runs it)."""
+
+    offset: int
+    line: int
+    argument: Tuple[str, ...]  # local name, then attributes
+    dominated: frozenset
+    reassigned: bool  # the local is stored to after the call: its value then may not be the one type() got
+    stored: bool  # the local is stored to anywhere (a parameter's value at entry may not be the one)
+    always: bool  # it runs on every path that returns (so checking the arguments at entry is exact)
+
+
+_UNCONDITIONAL = frozenset({"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_ABSOLUTE",
+                            "JUMP", "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"})
+_COMPARISONS = frozenset({"IS_OP", "COMPARE_OP", "CONTAINS_OP"})
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+_TYPE_CHECKS: Dict[int, Tuple[types.CodeType, Tuple[TypeCheck, ...]]] = {}
+
+
+def _dominators(listing: List[dis.Instruction]) -> Dict[int, frozenset]:
+    """For each instruction offset, the offsets of the instructions that dominate it
+    (normal control flow only; exception handlers are reached from nowhere)."""
+    leaders = {0} | {inst.argval for inst in listing if inst.opcode in _JUMPS and isinstance(inst.argval, int)}
+    leaders |= {listing[i + 1].offset for i, inst in enumerate(listing[:-1])
+                if inst.opcode in _JUMPS or inst.opname in _UNCONDITIONAL}
+    blocks: List[List[dis.Instruction]] = []
+    for inst in listing:
+        if inst.offset in leaders or not blocks:
+            blocks.append([])
+        blocks[-1].append(inst)
+    start = {block[0].offset: i for i, block in enumerate(blocks)}
+    successors: List[List[int]] = []
+    for i, block in enumerate(blocks):
+        last = block[-1]
+        following = [] if last.opname in _UNCONDITIONAL or i + 1 == len(blocks) else [i + 1]
+        if last.opcode in _JUMPS and last.argval in start:
+            following.append(start[last.argval])
+        successors.append(following)
+    everything = frozenset(range(len(blocks)))
+    dom: List[frozenset] = [frozenset({0})] + [everything] * (len(blocks) - 1)
+    predecessors: List[List[int]] = [[] for _ in blocks]
+    for i, following in enumerate(successors):
+        for j in following:
+            predecessors[j].append(i)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(1, len(blocks)):
+            preds = [dom[p] for p in predecessors[i]]
+            new = (frozenset.intersection(*preds) if preds else everything) | {i}
+            if new != dom[i]:
+                dom[i], changed = new, True
+    result: Dict[int, frozenset] = {}
+    for i, block in enumerate(blocks):
+        if not predecessors[i] and i:  # unreachable by normal flow: dominated by nothing known
+            continue
+        before = frozenset(inst.offset for d in dom[i] if d != i for inst in blocks[d])
+        for k, inst in enumerate(block):
+            result[inst.offset] = before | {b.offset for b in block[:k + 1]}
+    return result
+
+
+def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
+    """The compared ``type(x)`` calls of ``code`` (cached per code object).
+
+    >>> import torch
+    >>> def f(x):
+    ...     return x * 2 if type(x) is torch.Tensor else x
+    >>> [c.argument for c in type_checks(f.__code__)]
+    [('x',)]
+    """
+    cached = _TYPE_CHECKS.get(id(code))
+    if cached is not None and cached[0] is code:
+        return cached[1]
+    found: List[TypeCheck] = []
+    if "type" in code.co_names:
+        listing = _instructions(code)[0]
+        dominators: Optional[Dict[int, frozenset]] = None
+        for i, inst in enumerate(listing):
+            if not (inst.opname in ("LOAD_GLOBAL", "LOAD_NAME") and inst.argval == "type"):
+                continue
+            j = i + 1
+            if j >= len(listing) or listing[j].opname != "LOAD_FAST":
+                continue
+            argument = [listing[j].argval]
+            j += 1
+            while j < len(listing) and listing[j].opname == "LOAD_ATTR":
+                argument.append(listing[j].argval)
+                j += 1
+            while j < len(listing) and listing[j].opname in ("PRECALL", "CACHE"):
+                j += 1
+            if j >= len(listing) or listing[j].opname not in ("CALL", "CALL_FUNCTION") or listing[j].arg != 1:
+                continue
+            after = listing[j + 1:j + 8]
+            compared = next((k for k, a in enumerate(after) if a.opname in _COMPARISONS), None)
+            if compared is None or any(a.opname in ("CALL", "PRECALL", "STORE_FAST") or a.opcode in _JUMPS
+                                       for a in after[:compared]):
+                continue
+            if dominators is None:
+                dominators = _dominators(listing)
+            call = listing[j].offset
+            dominated = frozenset(o for o, doms in dominators.items() if call in doms and o != call)
+            stores = [a.offset for a in listing
+                      if a.opname in ("STORE_FAST", "DELETE_FAST") and a.argval == argument[0]]
+            reassigned, stored = any(o > call for o in stores), bool(stores)
+            returns = [a.offset for a in listing if a.opname in ("RETURN_VALUE", "RETURN_CONST")]
+            always = bool(returns) and all(r in dominated for r in returns)
+            line = next((a.positions.lineno for a in listing[i:j + 1]  # type: ignore[attr-defined]
+                         if getattr(a, "positions", None) is not None and a.positions.lineno), 0)  # type: ignore[attr-defined]
+            found.append(TypeCheck(call, line, tuple(argument), dominated, reassigned, stored, always))
+    _TYPE_CHECKS[id(code)] = (code, tuple(found))  # the code is kept: its id stays its own
+    return tuple(found)

@@ -18,11 +18,11 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from ._bytecode import clause_types, exception_handlers, has_exception_handlers
+from ._bytecode import TypeCheck, clause_types, exception_handlers, has_exception_handlers, type_checks
 from ._source import SourceLocation, is_internal_file
 from .errors import GuardError
 
@@ -91,29 +91,37 @@ def _caught_from_names(names: Any, operation: str, where: str, target: str) -> C
 
 # -- while tracing -------------------------------------------------------------------------------
 
-_WALKED: Dict[int, Tuple[types.CodeType, bool]] = {}  # id(code) -> (code, worth looking at)
+_WALKED: Dict[int, Tuple[types.CodeType, bool, Tuple[TypeCheck, ...]]] = {}  # id(code) -> what to look at
+_NOTHING: Tuple[TypeCheck, ...] = ()
 
 
-def _worth_looking_at(code: types.CodeType) -> bool:
-    """Model code with try blocks (not specfx, torch.fx's relays, or specfx's generated forward)."""
-    worth = (has_exception_handlers(code) and not is_internal_file(code.co_filename)
-             and _RAISE_NAME not in code.co_names)
-    _WALKED[id(code)] = (code, worth)  # the code is kept, so that its id stays its own
-    return worth
+def _remember(code: types.CodeType) -> Tuple[types.CodeType, bool, Tuple[TypeCheck, ...]]:
+    """Whether ``code`` is model code with try blocks (not specfx, torch.fx's relays, or specfx's
+    generated forward), and its compared ``type(x)`` calls."""
+    model_code = not is_internal_file(code.co_filename) and _RAISE_NAME not in code.co_names
+    entry = _WALKED[id(code)] = (code, model_code and has_exception_handlers(code),  # the code is kept,
+                                 type_checks(code) if model_code else _NOTHING)     # so its id stays its own
+    return entry
 
 
-def protection(stop: Optional[types.FrameType]) -> Optional[Handlers]:
+def protection(stop: Optional[types.FrameType],
+               on_type_checks: Optional[Callable[[types.FrameType], None]] = None) -> Optional[Handlers]:
     """The ``except`` handlers of the frames being traced (from the caller's up to, not
     including, ``stop``) that an exception raised now would reach, innermost first; None
     when there are none (``finally`` and ``with`` blocks re-raise and are passed through).
-    Called for every op: one dict lookup per frame."""
+    Frames whose code compares ``type(x)`` are handed to ``on_type_checks``. Called for every
+    op: one dict lookup per frame."""
     found: List[Tuple[Optional[Tuple[type, ...]], str]] = []
     walked = _WALKED
     frame: Optional[types.FrameType] = sys._getframe(1)
     while frame is not None and frame is not stop:
         code = frame.f_code
-        cached = walked.get(id(code))
-        if cached[1] if cached is not None and cached[0] is code else _worth_looking_at(code):
+        entry = walked.get(id(code))
+        if entry is None or entry[0] is not code:
+            entry = _remember(code)
+        if entry[2] and on_type_checks is not None:
+            on_type_checks(frame)
+        if entry[1]:
             for handler in exception_handlers(code, frame.f_lasti):
                 if handler.kind != "except":
                     continue

@@ -13,7 +13,7 @@ from ._policy import Resolved, Specialize, keyword_of
 from ._source import SourceLocation
 from .errors import SpecializationError, compatible_error_class
 
-__all__ = ["denied_error", "no_value_error", "meta_error", "short_repr"]
+__all__ = ["denied_error", "meta_error", "no_value_error", "short_repr", "type_of_traced_value"]
 
 # What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
 # code matching on FX's messages keeps working when specfx runs without examples.
@@ -143,4 +143,19 @@ def caught_error(operation: str, error: BaseException, location: Optional[Source
         f"{_where(location)}"
     )
     return SpecializationError(message, operation=operation, flag=None, value=None,
+                               location=str(location) if location else None)
+
+
+def type_of_traced_value(name: str, value: Any, location: Optional[SourceLocation]) -> SpecializationError:
+    """The error for ``type(x)`` compared (``is``, ``==``, ``in``, ``.__name__``) on a traced value."""
+    kind = f" (its example is of type {type(value).__name__})" if value is not None else ""
+    message = (
+        f"`type({name})` is compared, but `{name}` is a traced value{kind}: while tracing, "
+        f"type() answers specfx's proxy class, so the comparison would take the other branch "
+        f"silently (Python's type() cannot be intercepted).\n"
+        f"Fix: write `isinstance({name}, torch.Tensor)` (or `torch.is_tensor({name})`, or "
+        f"`isinstance({name}, <class>)`), which specfx answers as the value does and guards."
+        f"{_where(location)}"
+    )
+    return SpecializationError(message, operation=f"type({name})", flag=None, value=None,
                                location=str(location) if location else None)

@@ -528,6 +528,7 @@ def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
                 positional.append(value)
             else:
                 keywords[parameter.name] = value
+        tracer.entering_root(root_fn, (root, *positional) if is_module else tuple(positional), keywords)
         result = call(root, *positional, **keywords) if is_module else call(*positional, **keywords)
         return codegen.set_outputs(result)
 

@@ -32,6 +32,7 @@ from torch.fx.node import Node
 from torch.fx.proxy import Proxy
 
 from . import _ambient, _caught, _messages, _patches
+from ._bytecode import TypeCheck, type_checks
 from ._decisions import Decider, Decision, Specialization
 from ._demands import ValueDemands
 from ._evaluation import StateView, Unevaluable, concrete_values, provenance, run_op, tensor_meta
@@ -146,6 +147,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._scripted = ScriptedFunctions(self._is_tracing)
         self._output: Any = None
         self._trace_frame: Optional[types.FrameType] = None
+        # frames that compare type(x), checked again when they return (_check_returned_frames)
+        self._watched_frames: Dict[int, types.FrameType] = {}
 
     @property
     def specializations(self) -> list[Specialization]:
@@ -178,11 +181,13 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                     self._scripted.cover(type(root).forward if isinstance(root, torch.nn.Module) else root)
                     install_transformers_support(self._is_tracing)
                     graph = super().trace(root, concrete_args)
+                    self._check_returned_frames(None)
                     self._fail_if_caught()
                     _caught.restore(graph, root)
                     return graph
             finally:
                 self._trace_frame = None
+                self._watched_frames.clear()
                 reset_layers(token)
                 annotations_active().reset(annotations)
                 _ACTIVE_TRACER.reset(active)
@@ -235,6 +240,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         qualname = self.path_of_module(m)
         if not self.is_leaf_module(m, qualname):  # its code may call @torch.jit.script functions
             self._scripted.cover(getattr(type(m), "forward", None))  # (a ScriptModule class raises)
+            if self.examples is not None:
+                self._check_types_at_entry(forward, args, kwargs)
         match = self._scope_of(m, qualname)
         token = (
             push_layer(Layer(match[1], f"scopes[{match[0]!r}] (module {qualname})")) if match else None
@@ -243,6 +250,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._entered = (qualname, m)  # a leaf's value is computed with m itself, not found by name
         try:
             result = super().call_module(m, forward, args, kwargs)
+            if self._watched_frames:
+                self._check_returned_frames(getattr(getattr(forward, "__func__", forward), "__code__", None))
             if type(result) is ValueProxy and result.node.op == "call_module" and value_of(result) is None:
                 return self._none(result)  # a leaf that returned None (no mask, no cache), as in eager
             return result
@@ -341,6 +350,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         root_call = fn
 
         def keeping_output(*args: Any) -> Any:  # kept to name an output that no graph can return
+            self._check_types_at_entry(root_fn, args, {})
             self._output = root_call(*args)
             return self._output
 
@@ -405,7 +415,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             proxy.node.meta["tensor_meta"] = meta
         proxy.node.meta["type"] = type(value)
         if kind in _CALL_KINDS:
-            handlers = _caught.protection(self._trace_frame)
+            handlers = _caught.protection(self._trace_frame, self._frame_with_type_checks)
             if handlers is not None:  # the model code would catch what this op may raise
                 proxy.node.meta[_caught.CAUGHT] = _caught.Caught(
                     handlers, self.describe(proxy), _where(user_location()), _caught.target_name(proxy.node))
@@ -439,6 +449,70 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             raise
         finally:
             self._evaluating -= 1
+
+    def _frame_with_type_checks(self, frame: types.FrameType) -> None:
+        """A frame being traced whose code compares ``type(x)`` (seen while the tracer walks the
+        frames at an op): checked now, and kept to check again when it has returned (its
+        last ops may come before the comparison)."""
+        self._watched_frames[id(frame)] = frame
+        self._check_types_in(frame)
+
+    def _check_types_in(self, frame: types.FrameType) -> None:
+        """Refuse a compared ``type(x)`` call that certainly ran in ``frame`` (it dominates the
+        instruction the frame is at) on a traced value: it answered specfx's proxy class."""
+        lasti = frame.f_lasti
+        for check in type_checks(frame.f_code):
+            if lasti in check.dominated and not check.reassigned:
+                self._refuse_type_of_proxy(check, frame.f_locals, frame.f_code)
+
+    def _check_returned_frames(self, code: Optional[types.CodeType]) -> None:
+        """A forward returned (``code``; None: the trace ended): check the watched frames again
+        and let go of those of ``code``, which have returned."""
+        if not self._watched_frames:
+            return
+        for key, frame in list(self._watched_frames.items()):
+            self._check_types_in(frame)
+            if code is None or frame.f_code is code:
+                del self._watched_frames[key]
+
+    def entering_root(self, function: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+        """Called (by the structured inputs' code) right before the root's forward runs."""
+        if self.examples is not None:
+            self._check_types_at_entry(function, args, kwargs)
+
+    def _check_types_at_entry(self, function: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+        """Before ``function`` runs: a compared ``type(p)`` on a parameter ``p`` that every
+        return path runs (and nothing reassigns) is refused now if ``p`` is a traced value;
+        the code may trace no op after it, where :meth:`_type_of_traced_value` would see it."""
+        code = getattr(getattr(function, "__func__", function), "__code__", None)
+        if code is None:
+            code = getattr(inspect.unwrap(function), "__code__", None)
+        if code is None:
+            return
+        found = type_checks(code)
+        if not found:  # (nearly every forward: one cached lookup)
+            return
+        parameters = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+        checks = [c for c in found if c.always and c.argument[0] in parameters]
+        if not checks:
+            return
+        try:
+            bound = inspect.signature(function).bind_partial(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            return
+        for check in checks:
+            if not check.stored:  # the value at entry is the one type() gets
+                self._refuse_type_of_proxy(check, bound, code)
+
+    def _refuse_type_of_proxy(self, check: TypeCheck, names: Any, code: types.CodeType) -> None:
+        value = names.get(check.argument[0])
+        for attribute in check.argument[1:]:
+            if builtin_isinstance(value, Proxy):
+                return
+            value = getattr(value, attribute, None)
+        if builtin_isinstance(value, Proxy):
+            location = SourceLocation(code.co_filename, check.line, code.co_name)
+            self.refuse(_messages.type_of_traced_value(".".join(check.argument), value_of(value), location))
 
     def _submodule(self, qualname: str) -> torch.nn.Module:
         # root.get_submodule walks the path through nn.Module.__getattr__, which torch.fx

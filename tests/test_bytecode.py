@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from specfx._bytecode import clause_types, exception_handlers
+from specfx._bytecode import clause_types, exception_handlers, type_checks
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="exception tables are Python >= 3.11")
 
@@ -59,3 +59,36 @@ def test_code_without_try_blocks_has_no_handlers():
         return x.matmul(x)
 
     assert _handlers_at_call(plain, "matmul") == ()
+
+
+def branches(x, n):
+    if type(x) is torch.Tensor:
+        y = x.cos()
+    else:
+        y = x.sin()
+    for _ in range(n):
+        if type(y) in (list, tuple):
+            y = y[0]
+    return y.exp()
+
+
+def _offset_of(fn, name):
+    return next(inst.offset for inst in dis.get_instructions(fn) if inst.argval == name)
+
+
+def test_a_compared_type_call_dominates_both_branches_but_not_a_loop_exit():
+    first, in_loop = type_checks(branches.__code__)
+    assert (first.argument, first.line - branches.__code__.co_firstlineno) == (("x",), 1)
+    for method in ("cos", "sin", "exp"):
+        assert _offset_of(branches, method) in first.dominated
+    assert first.always and not first.stored
+    assert in_loop.argument == ("y",) and in_loop.reassigned  # `y = y[0]` after it
+    assert _offset_of(branches, "exp") not in in_loop.dominated  # the loop may run no time
+    assert not in_loop.always
+
+
+def test_type_calls_not_compared_are_not_checks():
+    def message(x):
+        return f"got {type(x)}", type(x).__name__
+
+    assert type_checks(message.__code__) == ()

@@ -8,6 +8,7 @@ GuardError; what the policy does not grant is refused at trace time.
 from __future__ import annotations
 
 import copy
+import linecache
 import random
 
 import pytest
@@ -342,6 +343,59 @@ class TestTensorProperties:  # class 7
 
         gm = specfx.trace(f, torch.ones(2))
         assert "add" in gm.code
+
+
+class TestTypeOfTracedValues:  # class 7, type(x)
+    """`type(x)` cannot be intercepted: compared on a traced value it is refused, naming the
+    line and the fix, on whichever branch the comparison took."""
+
+    @pytest.mark.parametrize("test", ["type(x) is torch.Tensor", "type(x) is not torch.Tensor",
+                                      "type(x) == torch.Tensor", "type(x) in (torch.Tensor, nn.Parameter)",
+                                      "type(x).__name__ == 'Tensor'", "type(self.scale) is float"])
+    def test_compared_type_of_a_traced_value_is_refused(self, test):
+        source = f"def forward(self, x):\n    if {test}:\n        return x\n    return x * 2\n"
+        filename = f"<type-check {test}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        namespace = {"torch": torch, "nn": nn}
+        exec(compile(source, filename, "exec"), namespace)
+        module = type("Model", (nn.Module,), {"forward": namespace["forward"]})()
+        module.scale = 2.0  # a Python float: type() answers truly, nothing to refuse
+        if "self.scale" in test:
+            gm = specfx.trace(module, torch.ones(2))
+            assert torch.equal(gm(torch.ones(2)), module(torch.ones(2)))
+            return
+        with pytest.raises(SpecializationError, match=r"isinstance\(x, torch.Tensor\)") as caught:
+            specfx.trace(module, torch.ones(2))
+        assert f"{filename}:2: if {test}" in str(caught.value)
+
+    def test_in_a_submodule_after_its_last_op_and_on_python_inputs(self):
+        class Sub(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                if type(y) is torch.Tensor:  # no op after it on this branch
+                    return y
+                return y * 2
+
+        with pytest.raises(SpecializationError, match="type\\(y\\)"):
+            specfx.trace(nn.Sequential(Sub()), torch.ones(2))
+
+        def scale(x, n):
+            return x * n if type(n) is int else x
+
+        with pytest.raises(SpecializationError, match="type\\(n\\)"):
+            specfx.trace(scale, (torch.ones(2), 3))
+
+    def test_type_of_untraced_values_and_branches_not_run_are_not_refused(self):
+        def f(x, items):
+            if type(items) is list:  # a list of tensors is a real list while tracing
+                x = x * len(items)
+            if not isinstance(x, torch.Tensor):
+                if type(x) in (list, tuple):  # not run: x is a tensor
+                    x = torch.stack(x)
+            return x + 1
+
+        gm = specfx.trace(f, (torch.ones(2), [torch.ones(1)]))
+        assert torch.equal(gm(torch.ones(2), [torch.ones(1)]), f(torch.ones(2), [torch.ones(1)]))
 
 
 class TestAmbientState:  # class 9

@@ -107,9 +107,10 @@ def factories(ch: Any) -> ClassCase:
 
 
 def caught(ch: Any) -> ClassCase:
-    """Classes 5 and 6: refusals and op failures inside ``try``/``except``."""
+    """Classes 5 and 6: refusals and op failures inside ``try``/``except`` (also an op that works
+    on the example in a helper called inside the try, under a ``finally``)."""
     caught_types = ch.choice(["TypeError", "ValueError", "RuntimeError", "Exception", "(TypeError, ValueError)"])
-    form = ch.choice(["refusal", "op", "split"])
+    form = ch.choice(["refusal", "op", "split", "nested op"])
     rows, cols = _shapes(ch)
     if form == "refusal":
         source = (f"def f(x, y):\n    try:\n        n = int(x.sum() > 0) + len(torch.split(x, 1))\n"
@@ -119,6 +120,13 @@ def caught(ch: Any) -> ClassCase:
         source = (f"def f(x, y):\n    try:\n        return x @ y\n    except {caught_types}:\n"
                   f"        return x * y.sum()\n")
         make = lambda: (_t(ch, rows, cols), _t(ch, ch.choice([cols, cols + 1]), ch.choice([1, 2])))  # noqa: E731
+    elif form == "nested op":  # the op in a helper called inside the try, a finally, ops after it
+        op = ch.choice(["torch.matmul(x, y)", "x.mm(y)", "torch.cat([x, y.t()], 1)", "x.view(-1, y.shape[0])"])
+        source = (f"def g(x, y):\n    return {op} + 1\n\n"
+                  f"def f(x, y):\n    try:\n        try:\n            z = g(x, y)\n        finally:\n"
+                  f"            w = x.sum()\n    except {caught_types}:\n        z = x.sum() * y.sum()\n"
+                  f"        w = 0\n    return z * 2 + w\n")
+        make = lambda: (_t(ch, rows, cols), _t(ch, ch.choice([cols, cols + 1]), ch.choice([rows, 2])))  # noqa: E731
     else:
         source = (f"def f(x, y):\n    try:\n        parts = list(torch.split(x, 1))\n    except {caught_types}:\n"
                   f"        parts = [x]\n    return torch.cat(parts) * 2 + y.sum()\n")
@@ -127,10 +135,12 @@ def caught(ch: Any) -> ClassCase:
 
 
 def properties(ch: Any) -> ClassCase:
-    """Class 7: tensor properties read by the code."""
+    """Class 7: tensor properties read by the code, and ``type(x)`` compared."""
     test = ch.choice(["x.grad is None", "x.is_sparse", "x.layout is torch.strided", "torch.is_tensor(x)",
                       "isinstance(x, torch.nn.Parameter)", "x.requires_grad", "x.is_floating_point()",
-                      "x.get_device() < 0", "hasattr(x, 'scale')", "x.dtype == torch.float32"])
+                      "x.get_device() < 0", "hasattr(x, 'scale')", "x.dtype == torch.float32",
+                      "type(x) is torch.Tensor", "type(x) == torch.nn.Parameter", "type(x).__name__ == 'Tensor'",
+                      "type(x) in (torch.Tensor, torch.nn.Parameter)", "type(x) is not torch.Tensor"])
     n = ch.choice([2, 3])
     source = f"def f(x):\n    if {test}:\n        return x * 2 + getattr(x, 'scale', 1.0)\n    return x - 1\n"
 
