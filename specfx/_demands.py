@@ -210,6 +210,17 @@ class ValueDemands:
                              needs_data=True))
         return format(value, spec)
 
+    def resolve_hash(self, proxy: ValueProxy) -> int:
+        """Called for ``hash(proxy)`` of a traced Python value (a dict or set lookup such as
+        ``TABLE.get(n)``): the value's hash, a SHAPES decision for values computed from
+        shapes, else SCALARS, guarded on the value."""
+        text = self.describe(proxy)
+        operation = f"hashing `{text}` (a dict or set lookup)"
+        flag = Specialize.SHAPES if state_of(proxy).from_shapes else Specialize.SCALARS
+        value = self._require_value(proxy, operation, flag, "hash")
+        self.decide(Decision(proxy, GuardKind.VALUE, flag, value, (fingerprint(value),), text, operation))
+        return hash(value)
+
     def resolve_contains(self, proxy: ValueProxy, item: Any) -> bool:
         """Called for ``item in proxy``: recorded as ``operator.contains`` and decided as a BOOL."""
         self._require_value(proxy, f"`... in {self.describe(proxy)}`", Specialize.BOOL, "bool")

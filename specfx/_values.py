@@ -113,12 +113,16 @@ class ValueTracer(Protocol):
 
     def resolve_format(self, proxy: "ValueProxy", spec: str) -> str: ...
 
+    def resolve_hash(self, proxy: "ValueProxy") -> int: ...
+
     def note_python_attribute(self, proxy: "ValueProxy", name: str, present: bool) -> None: ...
 
 # Tensor attributes/methods that read shapes (SHAPES) or data (SCALARS).
 SHAPE_ATTRIBUTES = frozenset({"shape", "ndim"})
 SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement"})
 SCALAR_METHODS = frozenset({"item", "tolist"})
+# Python values whose hash is their value's (a traced one is a decision when hashed)
+_HASHED_BY_VALUE = frozenset({int, float, bool, complex, str, bytes})
 # Tensor attributes/methods that read the dtype or device: values, guarded.
 TYPE_ATTRIBUTES = frozenset({"dtype", "device", "is_cuda", "is_meta", "is_quantized", "is_sparse", "layout",
                              "requires_grad", "is_leaf"})
@@ -221,6 +225,13 @@ class ValueProxy(Proxy):
         if value_of(self) is MISSING:
             return format(Proxy.__repr__(self), spec)  # traced symbolically: torch.fx's text
         return self.tracer.resolve_format(self, spec)
+
+    def __hash__(self) -> int:
+        # {2: a, 3: b}.get(n) and `n in {2, 3}` hash a traced Python value: its value's hash is
+        # a decision; a tensor (or nothing carried) hashes by identity, as a tensor does
+        if type(value_of(self)) in _HASHED_BY_VALUE:
+            return self.tracer.resolve_hash(self)
+        return object.__hash__(self)
 
     def __str__(self) -> str:
         if value_of(self) is MISSING:

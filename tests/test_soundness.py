@@ -398,6 +398,38 @@ class TestTypeOfTracedValues:  # class 7, type(x)
         assert torch.equal(gm(torch.ones(2), [torch.ones(1)]), f(torch.ones(2), [torch.ones(1)]))
 
 
+class TestHashedPythonValues:  # class 8
+    """A traced Python value used as a dict key or set member (`TABLE.get(n)`, `n in {2, 3}`)
+    hashes by its value: a decision (SCALARS for data, SHAPES for sizes), guarded."""
+
+    @staticmethod
+    def lookup(x, n):
+        return x * {2: 10.0, 3: 20.0}.get(n, -1.0)
+
+    @staticmethod
+    def member(x, n):
+        return x * (2.0 if n in {2, 3} else -1.0)
+
+    @pytest.mark.parametrize("program", ["lookup", "member"])
+    @pytest.mark.parametrize("n", [2, 3, 5])
+    def test_lookups_equal_eager_or_raise_guard_error(self, program, n):
+        fn = getattr(self, program)
+        with pytest.raises(SpecializationError, match="hashing `n`"):
+            specfx.trace(fn, (torch.ones(2), 2))
+        gm = specfx.trace(fn, (torch.ones(2), 2), policy=Policy(scalars=True, bool=True))
+        assert same_or_guard(gm, fn, torch.ones(2), n) == ("equal" if n == 2 else "guard")
+
+    def test_a_size_is_a_shapes_decision(self):
+        def f(x):
+            return x * {2: 1.0, 3: 2.0}.get(x.shape[0], 0.5)
+
+        with pytest.raises(SpecializationError, match=r"hashing `x.shape\[0\]`.*SHAPES"):
+            specfx.trace(f, torch.ones(2))
+        gm = specfx.trace(f, torch.ones(2), policy=Policy(shapes=True, bool=True))
+        assert same_or_guard(gm, f, torch.ones(3)) == "guard"
+        assert same_or_guard(gm, f, torch.ones(2)) == "equal"
+
+
 class TestAmbientState:  # class 9
     def test_branch_on_grad_mode_is_guarded(self):
         """`if torch.is_grad_enabled()` is guarded: under no_grad the graph raises."""

@@ -98,6 +98,7 @@ def factories(ch: Any) -> ClassCase:
         "return x * torch.arange(x.shape[-1])",
         "if torch.rand([]) < 0.5:\n        return x\n    return x * 2",
         "return x[torch.randperm(x.shape[0])]",
+        "g = torch.Generator().manual_seed(0)\n    return x + torch.rand(x.shape, generator=g)",
         "return x + torch.full((x.shape[0], 1), float(x.shape[1]))",
     ])
     rows, cols = _shapes(ch)
@@ -160,6 +161,16 @@ def properties(ch: Any) -> ClassCase:
     return ClassCase("properties", source, make(), [(make(), _grad(ch)) for _ in range(4)], _policy(ch))
 
 
+def python_values(ch: Any) -> ClassCase:
+    """Class 8: Python-valued inputs hashed (dict and set lookups), compared by identity, typed."""
+    test = ch.choice(["{2: 3.0, 3: -1.0}.get(n, 0.5) > 0", "n in {2, 3}", "n is True", "isinstance(n, int)",
+                      "isinstance(n, bool)", "n == 2", "{'a': 2.0}.get(str(n), 1.0) > 1"])
+    source = f"def f(x, n):\n    if {test}:\n        return x * 2\n    return x - 1\n"
+    size = ch.choice([2, 3])
+    make = lambda: (_t(ch, size), ch.choice([2, 3, 5, 2.0, True, False, 1]))  # noqa: E731
+    return ClassCase("python values", source, make(), [(make(), _grad(ch)) for _ in range(4)], _policy(ch))
+
+
 def ambient(ch: Any) -> ClassCase:
     """Class 9: grad mode read and changed inside forward, and hooks (on a module root: see fuzz.py)."""
     body = ch.choice([
@@ -191,7 +202,7 @@ def policy_exactly(ch: Any) -> ClassCase:
 
 CLASSES: Dict[str, Callable[[Any], ClassCase]] = {
     "inplace": inplace_then_decide, "optional": optional_inputs, "factories": factories, "caught": caught,
-    "properties": properties, "ambient": ambient, "policy": policy_exactly,
+    "properties": properties, "ambient": ambient, "policy": policy_exactly, "python values": python_values,
 }
 
 
