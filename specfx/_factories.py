@@ -12,7 +12,9 @@ So while specfx traces with example inputs, the factory functions of ``torch``
 ``call_function`` node instead: sizes that are traced values stay symbolic, random
 draws are drawn anew on every call, and a decision on a drawn value is an ordinary
 guarded one. Without example inputs only calls that hold a traced value are recorded
-(plain torch.fx raises on them); the others stay constants, as in torch.fx.
+(plain torch.fx raises on them); the others stay constants, as in torch.fx,
+except in a graph's own generated code (re-tracing a GraphModule), where every
+factory call is a node of the graph being reproduced.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
+from torch.fx.graph_module import _CodeOnlyModule
 
 from . import _patches
 from ._evaluation import proxies_in
@@ -44,8 +47,11 @@ def _recording(tracer: "SpecTracer", name: str) -> Callable[..., Any]:
         original = _patches.previous(torch, name)
         if not tracer.records_factories():
             return original(*args, **kwargs)
-        if tracer.examples is None and not any(True for _ in proxies_in(args, kwargs)):
-            return original(*args, **kwargs)  # a constant, as torch.fx makes it
+        if tracer.examples is None and not any(True for _ in proxies_in(args, kwargs)) \
+                and not isinstance(tracer.root, (torch.fx.GraphModule, _CodeOnlyModule)):
+            # A constant, as torch.fx makes it; but in a graph's own code (unpickling,
+            # specfx.trace(gm)) a factory call is a node of that graph and stays one.
+            return original(*args, **kwargs)
         return tracer.create_proxy("call_function", original, args, kwargs)
 
     factory.__name__ = name

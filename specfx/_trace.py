@@ -12,13 +12,14 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, T
 
 import torch
 import torch.fx
-from torch.fx.graph_module import _USER_PRESERVED_ATTRIBUTES_KEY
 
 from . import _caught
 from ._decisions import Specialization
 from ._options import check_autowrap, check_leaf_modules, guard_concrete_args, tensor_defaults_as_inputs, traceable_root
 from ._policy import Policy, Specialize, parse_flags
-from ._report import list_decisions
+from ._records import keep_records
+from ._report import list_decisions, specializations
+from ._retrace import retraceable
 from ._state import clone_example, preserved_state
 from ._check import check
 from ._tracer import TRACE_LOCK, SpecTracer
@@ -116,7 +117,8 @@ def trace(
     if guards and examples is not None:  # (without examples the graph is torch.fx's, node for node)
         if concrete_args:
             guard_concrete_args(gm)
-    attach(gm, tracer.specializations, policy)
+    retraceable(gm)  # before the records: a re-trace by any tracer reproduces this graph
+    attach(gm, [*_inherited_records(root), *tracer.specializations], policy)
     _warn_degenerate(tracer.specializations)
     if check_inputs is not None:
         check(gm, root, check_inputs, check_tolerance)
@@ -158,18 +160,26 @@ def _warn_changed(changed: Sequence[str]) -> None:
         )
 
 
+def _inherited_records(root: Any) -> Sequence[Specialization]:
+    """A graph re-traced (``specfx.trace(gm)``) keeps its guards, which record themselves
+    as nodes, and so its records: the decisions were taken when it was traced."""
+    if not isinstance(root, torch.fx.GraphModule):
+        return ()
+    try:
+        return specializations(root)
+    except TypeError:  # a GraphModule that holds no specfx decisions
+        return ()
+
+
 def attach(gm: torch.fx.GraphModule, specializations: Sequence[Specialization], policy: Policy) -> None:
     """Store the records on ``gm`` so they survive deepcopy and pickling."""
     # setattr: nn.Module's __setattr__ is typed for tensors and modules only
     setattr(gm, "specializations", list(specializations))  # noqa: B010
     setattr(gm, "specfx_policy", policy)  # noqa: B010
-    preserved = gm.meta.setdefault(_USER_PRESERVED_ATTRIBUTES_KEY, {})
-    preserved["specializations"] = gm.specializations
-    preserved["specfx_policy"] = policy
     caught = _caught.marks(gm.graph)
     if caught:  # ops traced inside the model's try blocks, by name, for the graph's re-trace on unpickling
         setattr(gm, _caught.ATTRIBUTE, caught)
-        preserved[_caught.ATTRIBUTE] = caught
+    keep_records(gm)
 
 
 def _as_policy(policy: PolicyLike) -> Policy:

@@ -28,18 +28,13 @@ import torch
 import torch.fx
 from brevitas.backport.fx import node as _brevitas_node  # type: ignore[import-untyped]
 from brevitas.backport.fx.graph import Graph as BrevitasGraph  # type: ignore[import-untyped]
-from brevitas.backport.fx.graph_module import (  # type: ignore[import-untyped]
-    _USER_PRESERVED_ATTRIBUTES_KEY,
-)
-from brevitas.backport.fx.graph_module import GraphModule as BrevitasGraphModule
+from brevitas.backport.fx.graph_module import GraphModule as BrevitasGraphModule  # type: ignore[import-untyped]
 
+from ._records import RECORDS, keep_records
 from ._structure import is_plain
 from .guards import GUARDS
 
 __all__ = ["to_brevitas_graph"]
-
-# the records specfx.trace stores on a graph and preserves across deepcopy
-_RECORDS = ("specializations", "specfx_policy")
 
 _brevitas_node._side_effectful_functions.update(GUARDS.values())
 
@@ -94,9 +89,8 @@ def to_brevitas_graph(gm: torch.fx.GraphModule) -> Any:
         copies[node] = twin
     result = BrevitasGraphModule(gm, graph, type(gm).__name__)
     result.train(gm.training)
-    preserved = result.meta.setdefault(_USER_PRESERVED_ATTRIBUTES_KEY, {})
-    for name in _RECORDS:
+    for name in RECORDS:
         if hasattr(gm, name):
             setattr(result, name, getattr(gm, name))
-            preserved[name] = getattr(gm, name)
+    keep_records(result)
     return result

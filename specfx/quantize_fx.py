@@ -1,12 +1,12 @@
 """FX graph-mode quantization of specfx graphs (``torch.ao.quantization.quantize_fx``,
 deprecated upstream: prefer PT2E through :func:`specfx.export`).
 
-``torch.ao.quantization.quantize_fx.prepare_fx`` re-traces its input with a tracer that
-does not proxy buffers, so transformer graphs fail there (``position_ids[:, :seq_len]``,
-``inv_freq.expand(n, -1, 1)``), and it observes values that are not float tensors
-(``torch.Size`` arithmetic, integer routing indices). :func:`prepare_fx` prepares the
-specfx graph as it is: no re-trace, the traced values say which nodes are float
-tensors, and the graph keeps its signature, entry check and output types.
+``torch.ao.quantization.quantize_fx.prepare_fx`` re-traces its input with a stock tracer
+(specfx graphs re-trace node for node, see ``specfx/_retrace.py``), but it may observe
+values that are not float tensors (``torch.Size`` arithmetic, integer routing indices),
+and its re-trace drops the structured entry check and the records. :func:`prepare_fx`
+prepares the specfx graph as it is: no re-trace, the traced values say which nodes are
+float tensors, and the graph keeps its signature, entry check, records and output types.
 """
 
 from __future__ import annotations

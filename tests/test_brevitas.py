@@ -272,6 +272,22 @@ class TestToBrevitasGraph:
         assert torch.equal(graph(x), gm(x)) and gm.code == before
         assert to_brevitas_graph(graph) is graph
 
+    def test_graph_loaded_from_disk_keeps_its_records(self, gated, tmp_path):
+        """trace -> save -> load -> deepcopy -> to_brevitas_graph -> deepcopy (and the recipe's
+        re-trace): the records and guards survive every step (torch.load starts gm.meta empty)."""
+        model, gm, _ = gated
+        torch.save(gm, tmp_path / "gated.pt")
+        loaded = torch.load(tmp_path / "gated.pt", weights_only=False)
+        converted = copy.deepcopy(to_brevitas_graph(copy.deepcopy(loaded)))
+        assert converted.specializations == gm.specializations
+        quantized = brevitas_ptq(copy.deepcopy(loaded), batches())  # (re-traced: records read from the guards)
+        assert [(s.value, s.expression) for s in specfx.specializations(copy.deepcopy(quantized))] == [
+            (s.value, s.expression) for s in gm.specializations]
+        x = torch.randn(1, 3, 8, 8) - 2.0
+        assert torch.equal(converted(x), model(x))
+        with pytest.raises(GuardError):
+            converted(torch.randn(1, 3, 8, 8) + 2.0)
+
     def test_public_names(self):
         """specfx.brevitas exports exactly to_brevitas_graph."""
         import specfx.brevitas

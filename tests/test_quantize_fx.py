@@ -2,6 +2,7 @@
 upstream route; PT2E through specfx.export is the maintained one): prepared without a re-trace,
 sizes and integer tensors unobserved, output types, records and guards kept."""
 
+import copy
 import os
 import warnings
 
@@ -67,13 +68,17 @@ def quantized(request):
 
 
 class TestTransformers:
-    def test_torch_prepare_fx_fails_on_the_same_graph(self):
-        """torch's prepare_fx re-traces without proxying buffers: the sliced position_ids stop it."""
+    def test_torch_prepare_fx_retraces_the_same_graph(self):
+        """torch's own prepare_fx re-traces the graph (position_ids sliced by the traced
+        length records itself, issue 17): observers in, values unchanged, guards kept."""
         torch.manual_seed(0)
         model, example, policy = distilbert()
         gm = specfx.trace(model, (), example, policy=policy)
-        with pytest.raises(Exception, match="concrete value|slice indices"):
-            torch_prepare_fx(gm, get_default_qconfig_mapping("x86"), tuple(example.values()))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.ao's deprecation and observer notices
+            prepared = torch_prepare_fx(copy.deepcopy(gm), get_default_qconfig_mapping("x86"), tuple(example.values()))
+        assert torch.equal(prepared(**example).last_hidden_state, model(**example).last_hidden_state)
+        assert prepared.code.count("specfx_guard_") == gm.code.count("specfx_guard_")
 
     def test_quantized_close_to_float_with_the_same_output_type(self, quantized):
         """Quantized ops run, the output is eager's ModelOutput type, and stays close to float."""

@@ -1,0 +1,160 @@
+"""Calls in a traced graph that any tracer can trace again.
+
+Re-tracing a GraphModule runs its generated code with proxies for the inputs:
+unpickling does, and so do ``torch.fx.symbolic_trace(gm)``, FX quantization's
+``prepare_fx`` and Brevitas. A stock ``torch.fx.Tracer`` proxies parameters but
+not buffers or tensor constants, so where specfx traced a buffer sliced by a
+traced size (``self.position_ids[:, :seq_len]``, in most transformers encoders)
+the re-trace evaluates ``real_tensor[:, :proxy]``, and torch asks the proxy for
+an int. A factory given traced sizes (``torch.zeros(batch, seq)``) fails the same
+way: torch's argument parser only hands tensors to ``__torch_function__``.
+
+So :func:`retraceable` rewrites such calls, after a trace, into calls of the
+functions below. Each runs the op when given values, and when any argument
+holds a proxy (torch.fx's or another FX copy's, such as Brevitas') it records
+itself as a node of that proxy's tracer instead, as ``torch.fx.wrap``'d
+functions do, without joining fx's process-wide wrap table. The re-traced
+graph is the same graph, node for node; a buffer handed to the recording
+becomes that tracer's own ``get_attr`` of it. Everything else (a call with a
+traced tensor among its arguments, which torch dispatches to the proxy) stays
+a plain call.
+
+Generated code imports these functions from ``specfx`` (``specfx_getitem``,
+``specfx_call_method``, ``specfx_call_function('zeros', ...)``), so saved graphs name
+a stable path.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import torch
+from torch.fx.node import map_aggregate
+from torch.fx.proxy import Proxy
+
+from .guards import _is_foreign_proxy
+
+__all__ = ["call_function", "call_method", "getitem", "retraceable"]
+
+
+def _tracer_of(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    """The tracer of the first proxy anywhere in the arguments (slices included), or None."""
+    found: list[Any] = []
+
+    def visit(a: Any) -> Any:
+        if not found and not isinstance(a, torch.Tensor) and (isinstance(a, Proxy) or _is_foreign_proxy(a)):
+            found.append(a.tracer)
+        return a
+
+    map_aggregate((args, kwargs), visit)
+    return found[0] if found else None
+
+
+def getitem(obj: Any, index: Any) -> Any:
+    """``obj[index]``, recorded as a node when ``index`` holds a traced value."""
+    tracer = _tracer_of((obj, index), {})
+    if tracer is not None:
+        return tracer.create_proxy("call_function", getitem, (obj, index), {}, name="getitem")
+    return obj[index]
+
+
+def call_method(obj: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``obj.method(*args, **kwargs)``, recorded as a node (named after the method)
+    when an argument holds a traced value."""
+    tracer = _tracer_of((obj, *args), kwargs)
+    if tracer is not None:
+        return tracer.create_proxy("call_function", call_method, (obj, method, *args), kwargs, name=method)
+    return getattr(obj, method)(*args, **kwargs)
+
+
+def call_function(function: str, *args: Any, **kwargs: Any) -> Any:
+    """``torch.<function>(*args, **kwargs)`` (``function`` names it under ``torch``:
+    ``"zeros"``, ``"nn.functional.pad"``), recorded as a node (named after it) when
+    an argument holds a traced value."""
+    tracer = _tracer_of(args, kwargs)
+    if tracer is not None:
+        name = function.rpartition(".")[2]
+        return tracer.create_proxy("call_function", call_function, (function, *args), kwargs, name=name)
+    return _torch_function(function)(*args, **kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_function(function: str) -> Callable[..., Any]:
+    found: Any = functools.reduce(getattr, function.split("."), torch)  # (typed as a module)
+    return found
+
+
+for _function in (getitem, call_method, call_function):
+    _function.__module__ = "specfx"  # generated code and pickles import them from the package
+
+
+def _untraced_tensor(gm: torch.fx.GraphModule, node: Any) -> bool:
+    """A ``get_attr`` of a tensor that is not a parameter: a stock tracer hands the
+    re-traced code the tensor itself, not a proxy."""
+    if not (isinstance(node, torch.fx.Node) and node.op == "get_attr"):
+        return False
+    try:
+        value = operator.attrgetter(str(node.target))(gm)
+    except AttributeError:
+        return False
+    return isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
+
+
+def _may_be_tensor(node: torch.fx.Node) -> bool:
+    kind = node.meta.get("type")  # (a node traced without a value may be anything)
+    return "tensor_meta" in node.meta or not isinstance(kind, type) or issubclass(kind, torch.Tensor)
+
+
+def _needs_recording(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Optional[Tuple[Any, Tuple[Any, ...]]]:
+    """The (target, args) that make ``node`` re-traceable, or None when it already is.
+
+    A call fails to re-trace when it reaches torch with a real tensor (or none) as
+    its subject and proxies only where torch does not look for them: sizes,
+    slice bounds, scalars. A traced tensor anywhere makes torch dispatch to it."""
+    inputs = node.all_input_nodes
+    proxied = [n for n in inputs if not _untraced_tensor(gm, n)]
+    if not proxied or any(_may_be_tensor(n) for n in proxied):
+        return None
+    if node.op == "call_method":
+        subject = node.args[0] if node.args else None
+        if not _untraced_tensor(gm, subject):
+            return None  # the subject is a proxy: its method records itself
+        return call_method, (subject, node.target, *node.args[1:])
+    if node.op != "call_function":
+        return None
+    if node.target is operator.getitem:
+        return (getitem, tuple(node.args)) if _untraced_tensor(gm, node.args[0]) else None
+    name = _qualified_name(node.target)
+    if name.startswith("torch.") and _resolves(name[len("torch."):], node.target):
+        return call_function, (name[len("torch."):], *node.args)
+    return None
+
+
+def _qualified_name(target: Any) -> str:
+    try:
+        return torch.fx.node._get_qualified_name(target) if callable(target) else ""
+    except (RuntimeError, AttributeError):  # (a callable torch.fx cannot name is not torch's)
+        return ""
+
+
+def _resolves(function: str, target: Any) -> bool:
+    try:
+        return _torch_function(function) is target
+    except AttributeError:
+        return False
+
+
+def retraceable(gm: torch.fx.GraphModule) -> None:
+    """Rewrite, in place, the calls of ``gm`` that a stock tracer could not trace again
+    (see the module docstring); node names, metadata and order are kept."""
+    changed = False
+    for node in gm.graph.nodes:
+        rewritten = _needs_recording(gm, node)
+        if rewritten is not None:
+            node.op, node.target = "call_function", rewritten[0]
+            node.args = rewritten[1]
+            changed = True
+    if changed:
+        gm.recompile()
