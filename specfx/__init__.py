@@ -54,7 +54,7 @@ from .errors import (
     VariantLimitError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # The guard_* functions are importable from here because generated graph code
 # (and its pickles, since 0.1) reference them as `specfx.guard_*`; they are documented

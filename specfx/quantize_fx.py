@@ -17,6 +17,8 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 import torch.fx
 
+from ._records import RECORDS, keep_records
+
 __all__ = ["convert_fx", "prepare_fx"]
 
 _NOT_A_FLOAT_TENSOR = "specfx: not a float tensor"
@@ -148,10 +150,7 @@ def _unobserve(prepared: torch.fx.GraphModule, marked: set) -> None:
 
 
 def _keep_records(source: torch.fx.GraphModule, target: torch.fx.GraphModule) -> None:
-    from torch.fx.graph_module import _USER_PRESERVED_ATTRIBUTES_KEY
-
-    kept = source.meta.get(_USER_PRESERVED_ATTRIBUTES_KEY, {})
-    if kept:
-        target.meta.setdefault(_USER_PRESERVED_ATTRIBUTES_KEY, {}).update(kept)
-        for name, value in kept.items():
-            setattr(target, name, value)
+    for name in RECORDS:
+        if name in source.__dict__:
+            setattr(target, name, source.__dict__[name])
+    keep_records(target)  # (so the quantized graph keeps them through deepcopy and torch.save too)

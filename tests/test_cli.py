@@ -14,6 +14,8 @@ from specfx.cli import main
 
 from .models import SplitCat
 
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
 
 def scaled(x, scale=1.0):
     """A plain function for `specfx trace --function`."""
@@ -88,6 +90,15 @@ class TestExplainLoadsSafely:
         assert "pass --unsafe-load" in err
         assert main(["explain", "--unsafe-load", str(tmp_path / "q.pt")]) == 0
         assert capsys.readouterr().out == specfx.explain(copied) + "\n"
+
+    @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.pt")))
+    def test_files_saved_by_every_release(self, name, capsys, monkeypatch):
+        """Every graph kept under tests/fixtures (one per release and kind) is explained without
+        running it, as explain() of the loaded graph reads it."""
+        monkeypatch.syspath_prepend(str(FIXTURES))  # (loading imports the model's module)
+        assert main(["explain", str(FIXTURES / name)]) == 0
+        safe = capsys.readouterr().out
+        assert safe == specfx.explain(torch.load(FIXTURES / name, weights_only=False)) + "\n"
 
     def test_records_file(self, tmp_path, capsys):
         """A file holding only the records (torch.save(specfx.specializations(gm), FILE)) is explained."""

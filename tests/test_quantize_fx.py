@@ -3,6 +3,7 @@ upstream route; PT2E through specfx.export is the maintained one): prepared with
 sizes and integer tensors unobserved, output types, records and guards kept."""
 
 import copy
+import io
 import os
 import warnings
 
@@ -103,6 +104,10 @@ class TestTransformers:
         _, gm, q, example = quantized
         assert q.specializations == gm.specializations
         assert q.code.count("specfx_guard_") == gm.code.count("specfx_guard_")
+        buffer = io.BytesIO()
+        torch.save(q, buffer)
+        buffer.seek(0)
+        assert copy.deepcopy(torch.load(buffer, weights_only=False)).specializations == gm.specializations
         with pytest.raises(GuardError, match="input_ids is None, traced as a Tensor"):
             q(**{**example, "input_ids": None})
 
