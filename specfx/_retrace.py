@@ -6,18 +6,22 @@ unpickling does, and so do ``torch.fx.symbolic_trace(gm)``, FX quantization's
 not buffers or tensor constants, so where specfx traced a buffer sliced by a
 traced size (``self.position_ids[:, :seq_len]``, in most transformers encoders)
 the re-trace evaluates ``real_tensor[:, :proxy]``, and torch asks the proxy for
-an int. A factory given traced sizes (``torch.zeros(batch, seq)``) fails the same
-way: torch's argument parser only hands tensors to ``__torch_function__``.
+an int; so does a method of a value computed from buffers alone
+(``inv_freq[None, :, None].float().expand(batch, -1, 1)``). A factory given traced
+sizes (``torch.zeros(batch, seq)``) fails the same way: torch's argument parser
+only hands tensors to ``__torch_function__``.
 
 So :func:`retraceable` rewrites such calls, after a trace, into calls of the
 functions below. Each runs the op when given values, and when any argument
 holds a proxy (torch.fx's or another FX copy's, such as Brevitas') it records
 itself as a node of that proxy's tracer instead, as ``torch.fx.wrap``'d
-functions do, without joining fx's process-wide wrap table. The re-traced
-graph is the same graph, node for node; a buffer handed to the recording
-becomes that tracer's own ``get_attr`` of it. Everything else (a call with a
-traced tensor among its arguments, which torch dispatches to the proxy) stays
-a plain call.
+functions do, without joining fx's process-wide wrap table. specfx's own
+re-trace (unpickling, ``specfx.trace(gm)``) proxies buffers and reproduces the
+graph node for node; a stock tracer records the same calls, computing once what
+depends on buffers alone (as torch.fx always does with buffers), and a real
+tensor handed to a recording becomes that tracer's own ``get_attr``. Everything
+else (a call with a traced tensor among its arguments, which torch dispatches to
+the proxy) stays a plain call.
 
 Generated code imports these functions from ``specfx`` (``specfx_getitem``,
 ``specfx_call_method``, ``specfx_call_function('zeros', ...)``), so saved graphs name
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import torch
 from torch.fx.node import map_aggregate
@@ -90,11 +94,8 @@ for _function in (getitem, call_method, call_function):
     _function.__module__ = "specfx"  # generated code and pickles import them from the package
 
 
-def _untraced_tensor(gm: torch.fx.GraphModule, node: Any) -> bool:
-    """A ``get_attr`` of a tensor that is not a parameter: a stock tracer hands the
-    re-traced code the tensor itself, not a proxy."""
-    if not (isinstance(node, torch.fx.Node) and node.op == "get_attr"):
-        return False
+def _attribute_tensor(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """A ``get_attr`` of a tensor that is not a parameter (a buffer, a constant)."""
     try:
         value = operator.attrgetter(str(node.target))(gm)
     except AttributeError:
@@ -107,25 +108,25 @@ def _may_be_tensor(node: torch.fx.Node) -> bool:
     return "tensor_meta" in node.meta or not isinstance(kind, type) or issubclass(kind, torch.Tensor)
 
 
-def _needs_recording(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Optional[Tuple[Any, Tuple[Any, ...]]]:
+def _needs_recording(node: torch.fx.Node, untraced: Set[torch.fx.Node]) -> Optional[Tuple[Any, Tuple[Any, ...]]]:
     """The (target, args) that make ``node`` re-traceable, or None when it already is.
 
-    A call fails to re-trace when it reaches torch with a real tensor (or none) as
-    its subject and proxies only where torch does not look for them: sizes,
-    slice bounds, scalars. A traced tensor anywhere makes torch dispatch to it."""
-    inputs = node.all_input_nodes
-    proxied = [n for n in inputs if not _untraced_tensor(gm, n)]
+    ``untraced`` are the nodes a stock tracer computes as real values (buffers, and
+    what is computed from them alone). A call fails to re-trace when it reaches torch
+    with such a tensor (or none) as its subject and proxies only where torch does not
+    look for them: sizes, slice bounds, scalars. A traced tensor anywhere makes torch
+    dispatch to it."""
+    proxied = [n for n in node.all_input_nodes if n not in untraced]
     if not proxied or any(_may_be_tensor(n) for n in proxied):
         return None
+    subject = node.args[0] if node.args else None
     if node.op == "call_method":
-        subject = node.args[0] if node.args else None
-        if not _untraced_tensor(gm, subject):
-            return None  # the subject is a proxy: its method records itself
-        return call_method, (subject, node.target, *node.args[1:])
+        # (a proxy subject's method records itself)
+        return (call_method, (subject, node.target, *node.args[1:])) if subject in untraced else None
     if node.op != "call_function":
         return None
     if node.target is operator.getitem:
-        return (getitem, tuple(node.args)) if _untraced_tensor(gm, node.args[0]) else None
+        return (getitem, tuple(node.args)) if subject in untraced else None
     name = _qualified_name(node.target)
     if name.startswith("torch.") and _resolves(name[len("torch."):], node.target):
         return call_function, (name[len("torch."):], *node.args)
@@ -149,12 +150,20 @@ def _resolves(function: str, target: Any) -> bool:
 def retraceable(gm: torch.fx.GraphModule) -> None:
     """Rewrite, in place, the calls of ``gm`` that a stock tracer could not trace again
     (see the module docstring); node names, metadata and order are kept."""
+    untraced: Set[torch.fx.Node] = set()
     changed = False
     for node in gm.graph.nodes:
-        rewritten = _needs_recording(gm, node)
+        if node.op == "get_attr":
+            if _attribute_tensor(gm, node):
+                untraced.add(node)
+            continue
+        rewritten = _needs_recording(node, untraced)
         if rewritten is not None:
             node.op, node.target = "call_function", rewritten[0]
             node.args = rewritten[1]
             changed = True
+        elif (node.op in ("call_function", "call_method") and node.all_input_nodes
+              and all(n in untraced for n in node.all_input_nodes)):
+            untraced.add(node)  # computed from buffers alone: a stock tracer runs it for real
     if changed:
         gm.recompile()
