@@ -128,3 +128,26 @@ def test_transformers_encoders_retrace_with_torch_fx_and_quantize_with_torch_ao(
         quantized = convert_fx(prepared)
     assert torch.allclose(quantized(**other).last_hidden_state, expected, atol=0.5)
     assert "specfx_guard_" in quantized.code
+
+
+FACTORY_CALLS = {
+    "tensor": lambda: torch.tensor([1.0, 2.0]), "zeros": lambda: torch.zeros(2), "ones": lambda: torch.ones(2),
+    "arange": lambda: torch.arange(2.0), "full": lambda: torch.full((2,), 3.0), "eye": lambda: torch.eye(2)[0],
+    "linspace": lambda: torch.linspace(0, 1, 2), "scalar_tensor": lambda: torch.scalar_tensor(2.0),
+    "rand": lambda: torch.rand(2), "randn": lambda: torch.randn(2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FACTORY_CALLS))
+def test_tensors_made_in_forward_stay_made_by_the_graph(name):
+    """specfx.trace(gm) and torch.load keep a factory call as a call (a fresh tensor per
+    call), not a constant baked in by the re-trace."""
+    make = FACTORY_CALLS[name]
+
+    def f(x):
+        return x + make()
+
+    gm = specfx.trace(f, (torch.ones(2),))
+    assert f"torch.{name}(" in gm.code
+    for again in (specfx.trace(gm), torch.load(_saved(gm), weights_only=False)):
+        assert again.code == gm.code and "_tensor_constant" not in again.code
