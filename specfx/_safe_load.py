@@ -8,8 +8,9 @@ though. This reader runs the pickle of a ``torch.save`` archive with a
 restricted ``find_class`` (Python's documented way to restrict unpickling):
 only the record types and a few inert builtin and torch value types are
 real; every other global — module classes, tensor rebuilders,
-``reduce_graph_module`` itself — becomes an inert :class:`Opaque` that just
-keeps the arguments it was called with, and tensor storages are never read.
+``reduce_graph_module`` and ``specfx.rebuild_graph_module`` themselves — becomes
+an inert :class:`Opaque` that just keeps the arguments it was called with, and
+tensor storages are never read.
 The records are then found in the arguments the graph module would have been
 rebuilt from.
 """
