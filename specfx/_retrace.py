@@ -35,6 +35,7 @@ import operator
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import torch
+import torch.fx.passes.shape_prop
 from torch.fx.node import map_aggregate
 from torch.fx.proxy import Proxy
 
@@ -112,25 +113,60 @@ def _needs_recording(node: torch.fx.Node, untraced: Set[torch.fx.Node]) -> Optio
     """The (target, args) that make ``node`` re-traceable, or None when it already is.
 
     ``untraced`` are the nodes a stock tracer computes as real values (buffers, and
-    what is computed from them alone). A call fails to re-trace when it reaches torch
-    with such a tensor (or none) as its subject and proxies only where torch does not
-    look for them: sizes, slice bounds, scalars. A traced tensor anywhere makes torch
-    dispatch to it."""
+    what is computed from them alone). Only calls that make a tensor are candidates
+    (a global-state call such as ``_set_grad_enabled`` keeps torch.fx's behaviour):
+    those whose traced inputs are all non-tensors (sizes, slice bounds, scalars) and
+    which torch does not hand to ``__torch_function__`` (see :func:`_fails_in_stock_trace`)."""
     proxied = [n for n in node.all_input_nodes if n not in untraced]
-    if not proxied or any(_may_be_tensor(n) for n in proxied):
+    if not proxied or any(_may_be_tensor(n) for n in proxied) or "tensor_meta" not in node.meta:
         return None
     subject = node.args[0] if node.args else None
     if node.op == "call_method":
         # (a proxy subject's method records itself)
-        return (call_method, (subject, node.target, *node.args[1:])) if subject in untraced else None
-    if node.op != "call_function":
+        rewritten: Tuple[Any, Tuple[Any, ...]] = (call_method, (subject, node.target, *node.args[1:]))
+        if subject not in untraced:
+            return None
+    elif node.op != "call_function":
         return None
-    if node.target is operator.getitem:
-        return (getitem, tuple(node.args)) if subject in untraced else None
-    name = _qualified_name(node.target)
-    if name.startswith("torch.") and _resolves(name[len("torch."):], node.target):
-        return call_function, (name[len("torch."):], *node.args)
-    return None
+    elif node.target is operator.getitem:
+        if subject not in untraced:
+            return None
+        rewritten = (getitem, tuple(node.args))
+    else:
+        name = _qualified_name(node.target)
+        if not (name.startswith("torch.") and _resolves(name[len("torch."):], node.target)):
+            return None
+        rewritten = (call_function, (name[len("torch."):], *node.args))
+    return rewritten if _fails_in_stock_trace(node, untraced) else None
+
+
+def _fails_in_stock_trace(node: torch.fx.Node, untraced: Set[torch.fx.Node]) -> bool:
+    """Whether torch refuses ``node``'s call when a stock tracer re-traces it: tried
+    with torch.fx proxies (in a throwaway graph) for the traced inputs and meta tensors
+    for the untraced ones. torch hands a proxy passed as an argument of its own to
+    ``__torch_function__``, but not one inside a tuple, a list or a slice
+    (``buffer[:, :n]``, ``torch.full((b, n), 0.0)``), nor sizes given one by one
+    (``torch.zeros(b, n)``, ``buffer.expand(b, -1)``)."""
+    tracer = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
+
+    def stand_in(n: torch.fx.Node) -> Any:
+        if n not in untraced:
+            return torch.fx.Proxy(tracer.graph.placeholder(n.name), tracer)
+        meta = n.meta.get("tensor_meta")
+        if not isinstance(meta, torch.fx.passes.shape_prop.TensorMetadata):
+            raise LookupError(n.name)  # an untraced non-tensor: its value is not at hand
+        return torch.empty(meta.shape, dtype=meta.dtype, device="meta")
+
+    try:
+        args = torch.fx.node.map_arg(node.args, stand_in)
+        kwargs = torch.fx.node.map_arg(node.kwargs, stand_in)
+        if node.op == "call_method":
+            getattr(args[0], str(node.target))(*args[1:], **kwargs)
+        else:
+            node.target(*args, **kwargs)  # type: ignore[operator]
+    except Exception:  # any refusal (a TypeError from the argument parser, above all)
+        return True
+    return False
 
 
 def _qualified_name(target: Any) -> str:
