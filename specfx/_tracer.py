@@ -37,6 +37,7 @@ from ._decisions import Decider, Decision, Specialization
 from ._demands import ValueDemands
 from ._evaluation import StateView, Unevaluable, concrete_values, provenance, run_op, tensor_meta
 from ._factories import check_generator, record_factories
+from ._held import reading_held_tensors
 from ._policy import Layer, Policy, Specialize
 from ._roots import (default_to_concrete_values, definition_line, optional_parameters,
                      put_varargs_before_keyword_only, with_root_hooks)
@@ -180,7 +181,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                     # @torch.jit.script helpers and transformers' vmapped masks, for the tracing code
                     self._scripted.cover(type(root).forward if isinstance(root, torch.nn.Module) else root)
                     install_transformers_support(self._is_tracing)
-                    graph = super().trace(root, concrete_args)
+                    with reading_held_tensors(self, root):
+                        graph = super().trace(root, concrete_args)
                     self._check_returned_frames(None)
                     self._fail_if_caught()
                     _caught.restore(graph, root)

@@ -111,6 +111,31 @@ class TestTensorsCreatedInForward:  # classes 3 and 4
             assert same_or_guard(gm, f, torch.ones(*shape)) == "equal"
 
 
+    def test_plain_tensor_attributes_are_read_when_the_graph_runs(self):
+        """A tensor the model holds as a plain attribute (not a parameter or buffer) is read
+        by the graph: written in forward or changed by its owner between calls, the graph's
+        answers follow eager's (they were the trace-time value, baked in)."""
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.total = torch.zeros(2)
+                self.scale = torch.tensor(2.0)
+
+            def forward(self, x):
+                self.total.add_(x)
+                return self.total * 1, x + self.scale * 3
+
+        eager, traced = Model(), Model()
+        gm = specfx.trace(traced, torch.ones(2))
+        assert torch.equal(traced.total, torch.zeros(2))  # tracing wrote nothing
+        for step in range(3):
+            if step == 2:
+                eager.scale.fill_(5.0)
+                gm.scale.fill_(5.0)
+            want, got = eager(torch.ones(2)), gm(torch.ones(2))
+            assert all(torch.equal(w, g) for w, g in zip(want, got))
+
     def test_generator_made_in_forward_is_refused(self):
         """A `torch.Generator()` seeded inside forward restarts on every eager call: refused
         (the graph would continue its draws), with the line and the fix."""

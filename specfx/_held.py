@@ -1,0 +1,85 @@
+"""Tensors the model holds as plain attributes are read by the graph, at run time.
+
+``self.total = torch.zeros(2)`` (not a parameter, not a buffer) is stored in the module's
+``__dict__``, so reading it calls no hook: torch.fx's ``Module.__getattr__`` patch sees only
+parameters, buffers and submodules. An op whose tensors are all such attributes (or
+Python values) then runs on real tensors while the trace goes on, and its result becomes a
+constant of the graph: ``self.total * 1`` keeps the trace-time value, though the model
+writes ``self.total`` in forward (``self.total.add_(x)``) or its owner changes it between
+calls, and eager reads it live.
+
+While specfx traces with example inputs a model that holds such tensors, a torch function
+mode (per thread) sees every torch call of the traced code; a call that takes one of those
+tensors takes a ``get_attr`` proxy of it instead, so the op becomes a node that reads the
+attribute when the graph runs, as it does for buffers. Models without such attributes
+pay nothing (the mode is not entered).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ._values import ValueProxy
+
+if TYPE_CHECKING:
+    from ._tracer import SpecTracer
+
+__all__ = ["held_tensors", "reading_held_tensors"]
+
+
+def held_tensors(root: Any) -> Dict[int, str]:
+    """The tensors ``root``'s modules hold as plain attributes: id -> qualified name."""
+    if not isinstance(root, torch.nn.Module):
+        return {}
+    held: Dict[int, str] = {}
+    for prefix, module in root.named_modules():
+        for key, value in module.__dict__.items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                held.setdefault(id(value), f"{prefix}.{key}" if prefix else key)
+    return held
+
+
+class _HeldTensorReads(TorchFunctionMode):
+    """Torch calls of the traced code that take a held tensor take its ``get_attr`` proxy."""
+
+    def __init__(self, tracer: "SpecTracer", held: Dict[int, str]) -> None:
+        super().__init__()
+        self._tracer = tracer
+        self._held = held
+        self._proxies: Dict[str, Any] = {}
+
+    def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (),
+                           kwargs: Optional[Dict[str, Any]] = None) -> Any:
+        kwargs = kwargs or {}
+        if self._tracer.records_factories() and any(
+                type(leaf) is torch.Tensor and id(leaf) in self._held for leaf in tree_flatten((args, kwargs))[0]):
+            args, kwargs = tree_map(self._read, (args, kwargs))
+            # the proxy records the call as for any op on a traced value (func may be an
+            # unbound Tensor method, which a proxy cannot be passed to directly)
+            return ValueProxy.__torch_function__(func, types, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _read(self, value: Any) -> Any:
+        if type(value) is not torch.Tensor or id(value) not in self._held:
+            return value
+        name = self._held[id(value)]
+        proxy = self._proxies.get(name)
+        if proxy is None:
+            proxy = self._proxies[name] = self._tracer.create_proxy("get_attr", name, (), {})
+        return proxy
+
+
+@contextlib.contextmanager
+def reading_held_tensors(tracer: "SpecTracer", root: Any) -> Iterator[None]:
+    """While tracing ``root`` with example inputs, ops on its plain tensor attributes are nodes."""
+    held = held_tensors(root) if tracer.examples is not None else {}
+    if not held:
+        yield
+        return
+    with _HeldTensorReads(tracer, held):
+        yield
