@@ -40,6 +40,7 @@ from ._policy import Policy, Specialize
 from ._structure import flatten_inputs, rebuild_outputs  # noqa: F401 - called by generated graph code
 from ._records import rebuild_graph_module  # noqa: F401 - named by pickles of traced graphs
 from ._retrace import call_function, call_method, getitem  # noqa: F401 - called by generated graph code
+from ._caught import raise_caught  # noqa: F401 - called by generated graph code
 from ._report import explain, specializations
 from ._scope import specialize
 from ._specializer import Specializer

@@ -217,6 +217,9 @@ def raise_caught(gm: torch.fx.GraphModule, error: BaseException) -> None:
                      actual=f"{type(error).__name__}: {_short(str(error))}", location=caught.where) from error
 
 
+raise_caught.__module__ = "specfx"  # generated code and pickles import it from the public package
+
+
 def _short(text: str, limit: int = 120) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -195,3 +195,31 @@ def test_deepcopy_and_retrace_of_a_loaded_graph(tmp_path):
         assert again.code == gm.code
         assert again.specializations == gm.specializations
         assert copy.deepcopy(again).specializations == gm.specializations
+
+
+def test_pickles_name_only_the_public_package():
+    """A saved graph imports what its code calls from `specfx` itself, never from a private
+    module: later releases may move those modules, and their files must still load."""
+    import pickle
+    import re
+
+    def f(x, y):
+        try:
+            return x @ y
+        except RuntimeError:
+            return x * y.sum()
+
+    gm = specfx.trace(f, (torch.ones(2, 3), torch.ones(3, 2)), policy=Policy(bool=True))
+    modules = set(re.findall(rb"from (specfx[\w.]*) import", pickle.dumps(gm)))
+    assert modules == {b"specfx"}
+
+
+def test_saved_fixtures_name_only_the_public_package():
+    """The graphs kept under tests/fixtures (one per release) import only from `specfx`."""
+    import re
+    import zipfile
+
+    for path in sorted(pathlib.Path(__file__).parent.joinpath("fixtures").glob("*.pt")):
+        with zipfile.ZipFile(path) as archive:
+            text = b"".join(archive.read(name) for name in archive.namelist() if name.endswith(".pkl"))
+        assert set(re.findall(rb"from (specfx[\w.]*) import", text)) <= {b"specfx"}, path.name
