@@ -1,5 +1,5 @@
 """State outside the inputs that traced code reads: grad mode, autocast, Python's and
-numpy's random generators, and torch's own type checks.
+numpy's random generators.
 
 While specfx traces with example inputs (patched through :mod:`specfx._patches`, for
 the tracing context only):
@@ -9,8 +9,9 @@ the tracing context only):
 - ``torch.no_grad()`` / ``torch.enable_grad()`` / ``torch.set_grad_enabled()``
   regions are recorded as ``torch._C._set_grad_enabled`` nodes, as make_fx does;
 - ``torch.inference_mode()`` and ``torch.autocast()`` regions, and draws from Python's
-  ``random`` and numpy's ``random``, are refused: the graph cannot reproduce them;
-- ``torch.is_tensor(x)`` answers as ``isinstance`` does for traced values (guarded).
+  ``random`` and numpy's ``random``, are refused: the graph cannot reproduce them.
+
+(``torch.is_tensor(x)`` needs no patch: it asks ``isinstance``, see _type_reads.py.)
 """
 
 from __future__ import annotations
@@ -80,9 +81,6 @@ def install(tracer: "SpecTracer") -> None:
         if tracer.records_factories():
             tracer.create_proxy("call_function", original, (mode,), {})
 
-    def is_tensor(obj: Any) -> bool:
-        return tracer.is_tensor(obj, _patches.previous(torch, "is_tensor"))
-
     def is_autocast_enabled(*args: Any, **kwargs: Any) -> Any:
         original = _patches.previous(torch, "is_autocast_enabled")
         if (tracer.records_factories() and len(args) <= 1 and not kwargs and all(isinstance(a, str) for a in args)
@@ -95,7 +93,6 @@ def install(tracer: "SpecTracer") -> None:
     _patches.patch(torch, "is_grad_enabled", is_grad_enabled)
     _patches.patch(torch, "is_autocast_enabled", is_autocast_enabled)
     _patches.patch(torch._C, "_set_grad_enabled", set_grad_enabled)
-    _patches.patch(torch, "is_tensor", is_tensor)
     def enter_autocast(region: Any) -> Any:
         enter = _patches.previous(torch.autocast, "__enter__")
         if tracer.records_factories():

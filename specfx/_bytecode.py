@@ -1,19 +1,22 @@
 """What specfx reads from the caller's bytecode, with every Python-version difference
 in one table.
 
-Two questions are answered from the instruction being executed: is a ``.shape``
-read followed by a constant subscript (``x.shape[1]`` reads one dimension), and is
-an iteration an unpacking into a fixed number of names (``a, b = t``).
+Three questions are answered from the instruction being executed: is a ``.shape``
+read followed by a constant subscript (``x.shape[1]`` reads one dimension), is
+an iteration an unpacking into a fixed number of names (``a, b = t``), and which
+callable a call instruction calls (``isinstance(x, torch.Tensor)`` or a torch function).
 """
 
 from __future__ import annotations
 
+import bisect
 import dis
 import sys
 import types
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-__all__ = ["FORMS", "BytecodeForms", "Handler", "clause_types", "constant_subscript_next", "exception_handlers",
+__all__ = ["FORMS", "Attribute", "BytecodeForms", "CallSite", "Handler", "MATCH_CLASS", "NOT_A_CALL", "Name",
+           "call_site_at", "call_sites", "clause_types", "constant_subscript_next", "exception_handlers",
            "forms_for", "has_exception_handlers", "instruction_at"]
 
 
@@ -342,3 +345,291 @@ def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
             found.append(TypeCheck(call, line, tuple(argument), dominated, reassigned, stored, always))
     _TYPE_CHECKS[id(code)] = (code, tuple(found))  # the code is kept: its id stays its own
     return tuple(found)
+
+
+# -- which callable a call instruction calls -------------------------------------------------
+#
+# ``isinstance(x, torch.Tensor)`` in model code must see the traced tensor, while torch's C++
+# checks (THPVariable_Check, e.g. in `torch.add(x, y)`) reach the same `__class__` lookup and must
+# see the Proxy. Both happen while the user's frame executes a call instruction; what tells them
+# apart is the callable, which is on the frame's value stack, out of Python's reach. It is found
+# by simulating the stack over the code (dis.stack_effect, each path of the control-flow graph):
+# each stack entry is described by the instruction that produced it, as far as a name or an
+# attribute chain tells (the callable is then looked up again at run time, in the frame).
+
+
+class Name(NamedTuple):
+    """A value loaded by name: ``scope`` is "global" (globals, then builtins), "name"
+    (locals, globals, builtins: module and class bodies) or "local" (the frame's locals)."""
+
+    scope: str
+    name: str
+
+
+class Attribute(NamedTuple):
+    """``base.name``: the callable of ``torch.is_tensor(x)`` or ``obj.method(x)``."""
+
+    base: "Described"
+    name: str
+
+
+class _Unknown(NamedTuple):
+    """A value computed by other code (a call, a subscript, an expression)."""
+
+
+class _Null(NamedTuple):
+    """The NULL that Python >= 3.11 pushes beside a callable that is not a method."""
+
+
+Described = object  # Name | Attribute | _Unknown | _Null
+UNKNOWN, NULL = _Unknown(), _Null()
+
+
+class CallSite(NamedTuple):
+    """What the instruction a frame executes calls: ``kind`` is "call", "match" (``case
+    torch.Tensor():``, which checks the class as isinstance does) or "other"; ``callable``
+    describes the called value (None: computed, unknown); ``positional`` is the number of
+    positional arguments (None: unpacked ``*args``; -1: keyword arguments too)."""
+
+    kind: str
+    callable: Optional[Described] = None
+    positional: Optional[int] = -1
+
+
+MATCH_CLASS, NOT_A_CALL = CallSite("match"), CallSite("other")
+
+
+class CallForms(NamedTuple):
+    """How one Python version spells calls: ``calls`` maps a call opname to (the number of
+    stack entries below the arguments that hold the callable: 1, or 2 for the NULL/self
+    pair, and whether the call may run at the next instruction too); ``keywords``: an
+    instruction before a call that names keyword arguments (the call is not isinstance)."""
+
+    calls: Dict[str, Tuple[int, bool]]
+    keywords: Tuple[str, ...]
+    method_loads: Tuple[str, ...]  # push the pair (callable, self) when the low bit asks (or always)
+    method_bit: Dict[str, bool]  # opname -> whether the low bit of the argument selects the pair form
+
+
+def call_forms_for(version: Tuple[int, int]) -> CallForms:
+    """The call instructions of Python ``version`` (major, minor).
+
+    >>> sorted(call_forms_for((3, 12)).calls)
+    ['CALL', 'CALL_FUNCTION_EX']
+    """
+    if version >= (3, 13):  # keyword calls have their own instruction; CALL's pair is (callable, self|NULL)
+        return CallForms({"CALL": (2, False), "CALL_KW": (2, False), "CALL_FUNCTION_EX": (2, False)}, (),
+                         ("LOAD_ATTR",), {"LOAD_ATTR": True, "LOAD_GLOBAL": True})
+    if version >= (3, 12):  # PRECALL is gone; LOAD_METHOD folded into LOAD_ATTR's low bit
+        return CallForms({"CALL": (2, False), "CALL_FUNCTION_EX": (2, False)}, ("KW_NAMES",),
+                         ("LOAD_ATTR",), {"LOAD_ATTR": True, "LOAD_GLOBAL": True})
+    if version >= (3, 11):  # PRECALL n; CALL n: the call runs (f_lasti) at CALL
+        return CallForms({"PRECALL": (2, True), "CALL_FUNCTION_EX": (2, False)}, ("KW_NAMES",),
+                         ("LOAD_METHOD",), {"LOAD_METHOD": False, "LOAD_GLOBAL": True})
+    return CallForms({"CALL_FUNCTION": (1, False), "CALL_METHOD": (2, False), "CALL_FUNCTION_KW": (1, False),
+                      "CALL_FUNCTION_EX": (1, False)}, (), ("LOAD_METHOD",), {"LOAD_METHOD": False})
+
+
+CALL_FORMS = call_forms_for(sys.version_info[:2])
+
+# Instructions that leave the stack alone (net effect 0, nothing replaced).
+_NEUTRAL = frozenset({"NOP", "RESUME", "CACHE", "EXTENDED_ARG", "NOT_TAKEN", "KW_NAMES", "MAKE_CELL",
+                      "COPY_FREE_VARS", "GEN_START", "ENTER_EXECUTOR", "CALL", "SETUP_ANNOTATIONS"})
+# Prefixes of instructions that only pop (or only push, for jumps into handlers).
+_POPPING = ("STORE_", "POP_", "DELETE_", "RETURN_", "RAISE_", "RERAISE", "JUMP", "END_FOR", "PRINT_EXPR",
+            "IMPORT_STAR", "LIST_APPEND", "SET_ADD", "MAP_ADD", "LIST_EXTEND", "SET_UPDATE", "DICT_UPDATE",
+            "DICT_MERGE", "SETUP_")
+_CONSUMING_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "LOAD_FROM_DICT_OR_DEREF",
+                              "LOAD_FROM_DICT_OR_GLOBALS", "LOAD_SUPER_METHOD", "LOAD_ZERO_SUPER_ATTR",
+                              "LOAD_ZERO_SUPER_METHOD"})
+_LOCAL_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW", "LOAD_DEREF", "LOAD_CLASSDEREF",
+                          "LOAD_FAST_AND_CLEAR", "LOAD_CLOSURE"})
+_PAIRED_LOCAL_LOADS = frozenset({"LOAD_FAST_LOAD_FAST", "LOAD_FAST_BORROW_LOAD_FAST_BORROW"})
+_ENDS = frozenset({"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD", "JUMP_BACKWARD",
+                   "JUMP_ABSOLUTE", "JUMP", "JUMP_NO_INTERRUPT", "JUMP_BACKWARD_NO_INTERRUPT"})
+
+
+class _Unanalyzable(Exception):
+    """The code has a shape the simulation does not follow (the sites stay unknown)."""
+
+
+def _effect(inst: dis.Instruction, jump: bool) -> int:
+    arg = inst.arg if inst.opcode >= dis.HAVE_ARGUMENT else None
+    return dis.stack_effect(inst.opcode, arg, jump=jump)
+
+
+def _step(inst: dis.Instruction, stack: List[Described], effect: int, forms: CallForms, jump: bool = False) -> None:
+    """Apply ``inst`` (with net ``effect``; ``jump``: on its jump branch) to the simulated ``stack``."""
+    name = inst.opname
+    if jump:  # a jump pops its operand (a loop's exhausted iterator), or pushes a handler's entries
+        if -effect > len(stack):
+            raise _Unanalyzable(name)
+        del stack[len(stack) + min(effect, 0):]
+        stack.extend([UNKNOWN] * max(effect, 0))
+        return
+    if name in ("COPY", "DUP_TOP", "DUP_TOP_TWO", "SWAP", "ROT_TWO", "ROT_THREE", "ROT_FOUR", "ROT_N"):
+        n = inst.arg or 0
+        if name == "COPY":
+            stack.append(stack[-n])
+        elif name == "DUP_TOP":
+            stack.append(stack[-1])
+        elif name == "DUP_TOP_TWO":
+            stack.extend(stack[-2:])
+        elif name == "SWAP":
+            stack[-1], stack[-n] = stack[-n], stack[-1]
+        else:
+            n = {"ROT_TWO": 2, "ROT_THREE": 3, "ROT_FOUR": 4}.get(name, n)
+            stack[-n:] = [stack[-1], *stack[-n:-1]]
+        return
+    if name == "PUSH_NULL":
+        stack.append(NULL)
+        return
+    if name == "LOAD_GLOBAL" or name == "LOAD_NAME" or name in _LOCAL_LOADS:
+        scope = "global" if name == "LOAD_GLOBAL" else "name" if name == "LOAD_NAME" else "local"
+        loaded = Name(scope, str(inst.argval))
+        if effect == 2:  # (3.11+) with the NULL that a call of it needs; either order serves
+            stack.append(NULL)
+        stack.append(loaded)
+        return
+    if name in _PAIRED_LOCAL_LOADS:
+        stack.extend(Name("local", str(n)) for n in inst.argval)
+        return
+    if name in forms.method_loads or (name == "LOAD_ATTR" and not forms.method_bit.get(name, False)):
+        stack[-1] = Attribute(stack[-1], str(inst.argval))
+        if effect == 1:  # the (callable, self) pair: the callable below
+            stack.append(UNKNOWN)
+        return
+    if name in _NEUTRAL and effect == 0:
+        return
+    if name.startswith("BUILD_"):
+        pops, pushes = 1 - effect, 1
+    elif name in ("UNPACK_SEQUENCE", "UNPACK_EX"):
+        pops, pushes = 1, effect + 1
+    elif name == "RETURN_GENERATOR":  # (3.11+) resumed with the value the next POP_TOP drops
+        pops, pushes = 0, 1
+    elif name.startswith("LOAD_") and name not in _CONSUMING_LOADS:
+        pops, pushes = 0, effect
+    elif name.startswith(_POPPING):
+        pops, pushes = max(-effect, 0), max(effect, 0)
+    elif effect < 0:
+        pops, pushes = 1 - effect, 1
+    else:
+        pops, pushes = 1, effect + 1
+    if pops > len(stack) or pushes < 0:
+        raise _Unanalyzable(name)
+    del stack[len(stack) - pops:]
+    stack.extend([UNKNOWN] * pushes)
+
+
+def _site(inst: dis.Instruction, stack: List[Described], keywords: bool, forms: CallForms) -> Optional[CallSite]:
+    """The call site of ``inst`` on ``stack`` (before it runs), or None if it is no call."""
+    form = forms.calls.get(inst.opname)
+    if form is None:
+        return MATCH_CLASS if inst.opname == "MATCH_CLASS" else None
+    slots, _ = form
+    positional: Optional[int]
+    if inst.opname == "CALL_FUNCTION_EX":
+        region = 1 - _effect(inst, False)  # callable slot(s), the argument tuple, the keyword dict
+        positional = None
+    else:
+        argc = inst.arg or 0
+        named = inst.opname in ("CALL_KW", "CALL_FUNCTION_KW")
+        region = argc + slots + (1 if named else 0)
+        positional = -1 if named or keywords else argc
+    if region > len(stack):
+        raise _Unanalyzable(inst.opname)
+    lowest = stack[len(stack) - region:][:slots]
+    callable_ = next((entry for entry in lowest if entry is not NULL), UNKNOWN)
+    return CallSite("call", None if callable_ is UNKNOWN else callable_, positional)
+
+
+def _handler_entries(code: types.CodeType) -> List[Tuple[int, int]]:
+    """(handler offset, stack depth at its start) for Python >= 3.11's exception table."""
+    entries = getattr(dis.Bytecode(code), "exception_entries", ())
+    return [(entry.target, entry.depth + (1 if entry.lasti else 0) + 1) for entry in entries]
+
+
+def call_sites(code: types.CodeType, forms: CallForms = CALL_FORMS) -> Dict[int, CallSite]:
+    """Every call instruction of ``code`` (by the offset at which it runs) and what it calls.
+
+    >>> def f(x):
+    ...     return isinstance(x, int)
+    >>> [site.callable for site in call_sites(f.__code__).values()]
+    [Name(scope='global', name='isinstance')]
+    """
+    listing, position = _instructions(code)
+    sites: Dict[int, CallSite] = {}
+    stacks: Dict[int, List[Described]] = {0: []}
+    for target, depth in _handler_entries(code):
+        stacks.setdefault(target, [UNKNOWN] * depth)
+    work = sorted(stacks)
+    while work:
+        index = position[work.pop()]
+        stack = list(stacks[listing[index].offset])
+        keywords = False
+        while index < len(listing):
+            inst = listing[index]
+            site = _site(inst, stack, keywords, forms)
+            if site is not None:
+                sites[inst.offset] = site
+                if forms.calls.get(inst.opname, (0, False))[1] and index + 1 < len(listing):
+                    # (3.11) the call runs at CALL, or at PRECALL once specialized for a builtin
+                    sites[listing[index + 1].offset] = site
+            keywords = inst.opname in forms.keywords
+            if inst.opcode in _JUMPS:
+                jumped = list(stack)
+                _step(inst, jumped, _effect(inst, True), forms, jump=True)
+                if _merge(stacks, int(inst.argval), jumped):
+                    work.append(int(inst.argval))
+            if inst.opname in _ENDS:
+                break
+            _step(inst, stack, _effect(inst, False), forms)
+            index += 1
+            if index < len(listing):
+                following = listing[index].offset
+                if following in stacks:  # a join point: continue only if it learned something
+                    if not _merge(stacks, following, stack):
+                        break
+                    stack = list(stacks[following])
+                elif listing[index].is_jump_target:
+                    stacks[following] = list(stack)
+    return sites
+
+
+def _merge(stacks: Dict[int, List[Described]], offset: int, stack: List[Described]) -> bool:
+    """Record ``stack`` at ``offset``; True if that changed what is known there."""
+    known = stacks.get(offset)
+    if known is None:
+        stacks[offset] = list(stack)
+        return True
+    if len(known) != len(stack):
+        raise _Unanalyzable(f"stack depth {len(known)} and {len(stack)} at offset {offset}")
+    merged = [a if a == b else UNKNOWN for a, b in zip(known, stack)]
+    if merged == known:
+        return False
+    stacks[offset] = merged
+    return True
+
+
+_SITES: Dict[types.CodeType, Optional[Tuple[Dict[int, CallSite], List[int]]]] = {}
+
+
+def call_site_at(frame: types.FrameType) -> Optional[CallSite]:
+    """The call the frame is executing (:data:`NOT_A_CALL` for other instructions; None
+    for code the simulation does not follow); cached per code object."""
+    code = frame.f_code
+    try:
+        cached = _SITES[code]
+    except KeyError:
+        try:
+            cached = (call_sites(code), [inst.offset for inst in _instructions(code)[0]])
+        except (_Unanalyzable, ValueError, IndexError, KeyError):
+            cached = None
+        _SITES[code] = cached
+    if cached is None:
+        return None
+    sites, offsets = cached
+    site = sites.get(frame.f_lasti)
+    if site is None:  # (3.11+) a frame that called Python code points into its call's inline cache
+        site = sites.get(offsets[bisect.bisect_right(offsets, frame.f_lasti) - 1], NOT_A_CALL)
+    return site

@@ -340,8 +340,8 @@ class ValueDemands:
                              by_parameters=_is_parameter_node(proxy)))
 
     def note_type_read(self, proxy: ValueProxy, frame: types.FrameType) -> None:
-        """Called when user code (``frame``; traced_isinstance checked it is user code) asks
-        ``isinstance`` of an input tensor: guard that it stays one."""
+        """Called when user code (``frame``) asks ``isinstance`` (or ``torch.is_tensor``) of
+        an input (see _type_reads.py): guard that its class stays the same."""
         if (type(proxy) is not ValueProxy or not is_input_path(proxy.node)
                 or self.decisions.decided((proxy.node, GuardKind.TYPE), proxy)):
             return

@@ -12,12 +12,12 @@ import operator
 from typing import Any, Callable, ContextManager, Dict, Iterator, Optional, Protocol, Sequence, Tuple
 
 import torch
-from torch.fx import _symbolic_trace
 from torch.fx.node import map_aggregate
 from torch.fx.proxy import Proxy
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ._values import MISSING, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, builtin_isinstance, state_of, value_of
+from . import _patches
+from ._values import MISSING, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, state_of, value_of
 
 try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch version lacks it
     from torch.fx.passes.shape_prop import _extract_tensor_metadata
@@ -64,7 +64,7 @@ def concrete_values(
 
     def concrete(a: Any) -> Any:
         nonlocal missing
-        if builtin_isinstance(a, Proxy):  # (the patched isinstance would check who is asking)
+        if isinstance(a, Proxy):
             value = value_of(a)
             if value is MISSING:
                 missing = True
@@ -84,8 +84,7 @@ def run_op(
     model's state it may write to (``state``): the user's tensors are never written.
     ``submodule(name)`` finds a module by qualified name (default ``root.get_submodule``)."""
     get_submodule = root.get_submodule if submodule is None else submodule
-    fx_flag = _symbolic_trace._is_fx_tracing_flag
-    _symbolic_trace._is_fx_tracing_flag = False  # leaves that ask "am I traced?" run as in eager
+    fx_flag = _patches.fx_tracing_off()  # leaves that ask "am I traced?" run as in eager
     try:
         if kind == "get_attr":
             owner, _, name = target.rpartition(".")
@@ -121,7 +120,7 @@ def run_op(
             error.add_note(f"(raised while specfx computed the example value of a `{_describe_target(target)}` call)")
         raise
     finally:
-        _symbolic_trace._is_fx_tracing_flag = fx_flag
+        _patches.restore_fx_tracing(fx_flag)
 
 
 # -- random draws ---------------------------------------------------------------------------
@@ -274,7 +273,7 @@ def proxies_in(args: Sequence[Any], kwargs: Dict[str, Any]) -> Iterator[ValuePro
     found: list[ValueProxy] = []
 
     def collect(a: Any) -> Any:
-        if builtin_isinstance(a, ValueProxy):
+        if isinstance(a, ValueProxy):
             found.append(a)
         return a
 

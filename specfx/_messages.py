@@ -159,3 +159,18 @@ def type_of_traced_value(name: str, value: Any, location: Optional[SourceLocatio
     )
     return SpecializationError(message, operation=f"type({name})", flag=None, value=None,
                                location=str(location) if location else None)
+
+
+def unknown_type_reader_error(name: str, value: Any, location: SourceLocation) -> SpecializationError:
+    """The error for a call in user code that reads a traced value's class while specfx
+    cannot tell from the bytecode which function it calls (isinstance, or a torch function)."""
+    message = (
+        f"this line calls a computed function (a subscript, a call's result, a property) that asks "
+        f"whether `{name}` (traced value: {type(value).__name__}) is an instance of a class; specfx "
+        f"cannot tell whether it is isinstance(), which must see the {type(value).__name__}, or a torch "
+        f"function, which must see the traced Proxy.\n"
+        f"Fix: call it through a plain name or module attribute (`check = fns[0]; check(x, ...)`, "
+        f"`torch.add(x, y)`), or call isinstance() itself.{_where(location)}"
+    )
+    return SpecializationError(message, operation=f"a class check of `{name}`", flag=None, value=None,
+                               location=str(location))

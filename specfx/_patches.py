@@ -1,8 +1,8 @@
 """Every global change specfx makes while it traces, in one place.
 
-A trace runs user code that calls ``isinstance`` and asks torch.fx whether it
-is tracing; specfx has to change those answers for the tracing code only.
-Each change is made through :func:`patch` inside a :func:`tracing` session:
+A trace runs user code that asks torch.fx whether it is tracing, or for the grad
+mode; specfx has to change those answers for the tracing code only. Each change
+is made through :func:`patch` inside a :func:`tracing` session:
 
 - the attribute is replaced by a *dispatcher* that looks at a ``ContextVar``:
   calls from the tracing thread (more exactly, its context) reach the
@@ -22,9 +22,10 @@ Each change is made through :func:`patch` inside a :func:`tracing` session:
 2
 
 A thread that is not tracing pays for one ``ContextVar.get`` per call of a
-patched function while a trace runs (``isinstance``: one builtin type check in a
-Python function instead of the builtin, ~2.6x the builtin's ~50 ns); between
-traces nothing is patched.
+patched function while a trace runs; between traces nothing is patched.
+``builtins.isinstance`` is never patched: a traced value answers ``isinstance``
+through its ``__class__`` (see _type_reads.py), so no other object and no other
+thread is affected.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch.fx._symbolic_trace as _fx_trace
 
-__all__ = ["Session", "active", "confine_fx_tracing_flag", "patch", "previous", "tracing"]
+__all__ = ["Session", "active", "confine_fx_tracing_flag", "fx_tracing_off", "patch", "previous",
+           "restore_fx_tracing", "tracing"]
 
 _ABSENT: Any = object()
 _Key = Tuple[int, str]
@@ -48,10 +50,11 @@ _Key = Tuple[int, str]
 class Session:
     """One tracing context's replacements (see :func:`tracing`)."""
 
-    __slots__ = ("parent", "replacements", "keys")
+    __slots__ = ("parent", "replacements", "keys", "fx_token")
 
     def __init__(self, parent: Optional["Session"]) -> None:
         self.parent = parent
+        self.fx_token: Optional[contextvars.Token[bool]] = None  # confine_fx_tracing_flag's
         self.replacements: Dict[_Key, Callable[..., Any]] = {}
         self.keys: List[_Key] = []  # install order, undone in reverse
 
@@ -65,7 +68,6 @@ class Session:
         return None
 
 
-_builtin_isinstance = builtins.isinstance  # bound before any patching
 _SESSION: contextvars.ContextVar[Optional[Session]] = contextvars.ContextVar("specfx_patch_session", default=None)
 _session_now = _SESSION.get
 
@@ -127,6 +129,8 @@ def tracing() -> Iterator[Session]:
     try:
         yield session
     finally:
+        if session.fx_token is not None:
+            _FX_TRACING.reset(session.fx_token)
         _SESSION.reset(token)
         with _LOCK:
             for key in reversed(session.keys):
@@ -180,22 +184,15 @@ def _use_slot(owner: Any, name: str, make_installed: Callable[[Any, _Key], Any])
     return key
 
 
-def patch(owner: Any, name: str, replacement: Callable[..., Any], *, only_for: Tuple[type, ...] = ()) -> None:
+def patch(owner: Any, name: str, replacement: Callable[..., Any]) -> None:
     """Within the current :func:`tracing` session, calls of ``owner.name``
     (``owner[name]`` for a dict, e.g. a module's globals) from this context
     go to ``replacement``; calls from anywhere else go to the previous value.
 
     ``replacement`` takes the arguments of the call; it reaches the previous
-    value as ``previous(owner, name)``. For ``builtins.isinstance``,
-    ``only_for=(T, ...)`` sends calls whose object is not a ``T`` straight to the
-    previous value, from every context (the first patch of it decides the types).
+    value as ``previous(owner, name)``.
     """
-    def make_dispatcher(before: Any, key: _Key) -> Any:
-        if owner is builtins and name == "isinstance":
-            return _two_argument_dispatcher(before, key, only_for)
-        return _dispatcher(before, key, name)
-
-    key = _use_slot(owner, name, make_dispatcher)
+    key = _use_slot(owner, name, lambda before, key: _dispatcher(before, key, name))
     session = _session_now()
     assert session is not None
     session.replacements[key] = replacement
@@ -225,50 +222,27 @@ def _dispatcher(previous: Any, key: _Key, name: str) -> Callable[..., Any]:
     return dispatch
 
 
-def _two_argument_dispatcher(previous: Any, key: _Key, only_for: Tuple[type, ...]) -> Callable[[Any, Any], Any]:
-    # isinstance is called everywhere (~40k times in a trace of 800 nodes, mostly by torch and
-    # torch.fx): no *args packing, no session walk outside a trace and, with only_for, one
-    # C-level type check before anything else (this frame alone, not three, for other objects).
-    if only_for:
-        def isinstance(obj: Any, classinfo: Any, /) -> Any:
-            if _builtin_isinstance(obj, only_for):
-                session = _session_now()
-                replacement = None if session is None else session.lookup(key)
-                if replacement is not None:
-                    return replacement(obj, classinfo)
-            return previous(obj, classinfo)
-    else:
-        def isinstance(obj: Any, classinfo: Any, /) -> Any:
-            session = _session_now()
-            if session is None:
-                return previous(obj, classinfo)
-            replacement = session.lookup(key)
-            return previous(obj, classinfo) if replacement is None else replacement(obj, classinfo)
-
-    isinstance.__doc__ = previous.__doc__
-    isinstance.__wrapped__ = previous  # type: ignore[attr-defined]
-    return isinstance
-
-
 # -- torch.fx's process-wide "is tracing" flag ------------------------------------------------
 #
 # torch.fx.Tracer.trace sets the module global `_is_fx_tracing_flag` for the whole process;
 # `is_fx_tracing()` / `is_fx_symbolic_tracing()` read it, and callers hold those functions by
 # direct reference (torch.compile's wrapper binds it at decoration time), so replacing the
 # module attribute would not reach them. Instead the functions' code is swapped for code that
-# asks `_specfx_fx_tracing_flag()`: the flag as torch.fx set it in a tracing context (where
-# torch code may still turn it off, as higher-order ops do), the flag from before the trace
-# elsewhere.
+# also asks a ContextVar: set in the tracing context (where torch.fx, and higher-order ops, keep
+# turning the global flag on and off), unset elsewhere, where its default is the flag from
+# before the trace. `ContextVar.get` is a C call, made only while some trace has the flag on.
 
-_FX_HELPER = "_specfx_fx_tracing_flag"
+_FX_HERE = "_specfx_fx_here"
+_FX_BEFORE = "_specfx_fx_before"
 _FX_SOURCE = f"""
 def is_fx_tracing():
     is_fx_tracing_warning()
-    return {_FX_HELPER}()
+    return _is_fx_tracing_flag and {_FX_HERE}({_FX_BEFORE})
 
 def is_fx_symbolic_tracing():
-    return {_FX_HELPER}() and not torch.compiler.is_compiling()
+    return _is_fx_tracing_flag and {_FX_HERE}({_FX_BEFORE}) and not torch.compiler.is_compiling()
 """
+_FX_TRACING: contextvars.ContextVar[bool] = contextvars.ContextVar("specfx_fx_tracing")
 
 
 def _fx_codes() -> Dict[str, types.CodeType]:
@@ -285,29 +259,43 @@ def _fx_codes() -> Dict[str, types.CodeType]:
 
 
 _FX_CODES = _fx_codes()
-_fx_flag_before = False
-
-
-def _fx_flag_here() -> bool:
-    flag = bool(_fx_trace._is_fx_tracing_flag)
-    if flag and _session_now() is None:
-        return _fx_flag_before
-    return flag
 
 
 def confine_fx_tracing_flag() -> None:
     """In the current session, make ``is_fx_tracing()`` answer the torch.fx flag
     in this context only; other threads see the flag as it was before."""
-    def remember_flag(before: Any, key: _Key) -> Any:
-        global _fx_flag_before
-        _fx_flag_before = bool(_fx_trace._is_fx_tracing_flag)
-        return _fx_flag_here
-
-    if not _FX_CODES:
+    session = _session_now()
+    if not _FX_CODES or session is None:
         return
-    _use_slot(_fx_trace.__dict__, _FX_HELPER, remember_flag)
+    session.fx_token = _FX_TRACING.set(True)
+    before = bool(_fx_trace._is_fx_tracing_flag)
+    _use_slot(_fx_trace.__dict__, _FX_HERE, lambda previous, key: _FX_TRACING.get)
+    _use_slot(_fx_trace.__dict__, _FX_BEFORE, lambda previous, key: before)
     for name, code in _FX_CODES.items():
-        def install_code(before: Any, key: _Key, code: types.CodeType = code) -> Any:
+        def install_code(previous: Any, key: _Key, code: types.CodeType = code) -> Any:
             return code
 
         _use_slot(getattr(_fx_trace, name), "__code__", install_code)
+
+
+def fx_tracing_off() -> Any:
+    """Make ``is_fx_tracing()`` False for the calling context (code run for its value
+    inside a trace asks "am I traced?" and must take its eager path); undo with
+    :func:`restore_fx_tracing` and the token returned. Outside a confined trace the
+    process-wide flag is torch.fx's own and is left alone."""
+    session = _session_now()
+    if session is None:
+        return None
+    if session.fx_token is not None:
+        return _FX_TRACING.set(False)
+    before = _fx_trace._is_fx_tracing_flag  # torch.fx changed and cannot be confined: the global, as torch does
+    _fx_trace._is_fx_tracing_flag = False
+    return (before,)
+
+
+def restore_fx_tracing(token: Any) -> None:
+    """Undo :func:`fx_tracing_off`."""
+    if type(token) is tuple:
+        _fx_trace._is_fx_tracing_flag = token[0]
+    elif token is not None:
+        _FX_TRACING.reset(token)

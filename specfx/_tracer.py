@@ -15,7 +15,6 @@ same graph ``torch.fx.symbolic_trace`` does.
 
 from __future__ import annotations
 
-import builtins
 import contextvars
 import dataclasses
 import inspect
@@ -42,7 +41,7 @@ from ._policy import Layer, Policy, Specialize
 from ._roots import (default_to_concrete_values, definition_line, optional_parameters,
                      put_varargs_before_keyword_only, with_root_hooks)
 from ._scope import annotations_active, fresh_layers, push_layer, reset_layers
-from ._source import SourceLocation, user_frame, user_location
+from ._source import SourceLocation, user_location
 from ._state import NO_STATE
 from ._structure import StructuredCodeGen, structured_root
 from ._structure import create_args as create_structured_args
@@ -54,8 +53,6 @@ from ._values import (
     MISSING,
     ProxyState,
     ValueProxy,
-    builtin_isinstance,
-    traced_isinstance,
     value_of,
 )
 from .guards import GuardKind, fingerprint
@@ -173,7 +170,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             self._scripted = ScriptedFunctions(self._is_tracing)
             self._trace_frame = sys._getframe()  # try blocks above it are the caller's, not the model's
             try:
-                with _patches.tracing():  # (isinstance is patched in create_args_for_root)
+                with _patches.tracing():
                     _patches.confine_fx_tracing_flag()
                     if self.examples is not None:
                         _ambient.install(self)
@@ -300,9 +297,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         return ValueProxy(node, self)
 
     def create_arg(self, a: Any) -> Any:
-        """Called to turn arguments into graph arguments; a proxy is its node
-        (checked first: a proxy answers ``isinstance`` as its value does)."""
-        if builtin_isinstance(a, Proxy):  # (the patched isinstance would check who is asking)
+        """Called to turn arguments into graph arguments; a proxy is its node."""
+        if isinstance(a, Proxy):
             return a.node
         if type(a) in _PLAIN_ARGUMENT_TYPES:  # torch.fx's Tracer checks these slowly, for nothing
             return a
@@ -326,8 +322,6 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         leaves of the inputs and the graph checks their structure at entry (_structure.py)."""
         where = definition_line(root_fn)
         if not concrete_args and (self.examples is not None or structured_root(self.root)):
-            if self.examples is not None:
-                self._patch_isinstance()
             fn, leaves, self._codegen = create_structured_args(
                 self, root_fn, is_module, self.examples,
                 baked=lambda proxy, value, label: self.decide(Decision(
@@ -346,7 +340,6 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         default_to_concrete_values(self.graph, concrete_args)
         if self.examples is None:
             return fn, args
-        self._patch_isinstance()
         if is_module:
             fn = with_root_hooks(fn, self.root, self.refuse)
         root_call = fn
@@ -370,15 +363,6 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                     self._not_none(arg, where)
             new_args.append(arg)
         return fn, new_args
-
-    def _patch_isinstance(self) -> None:
-        # With values, Python-level isinstance() answers as a proxy's value does, in model
-        # code and library helpers alike (transformers checks `isinstance(mask, torch.Tensor)`
-        # in its mask utilities). C code keeps the real answer: a Proxy is never taken for a
-        # tensor there. Other threads keep the previous isinstance. Patched when the first
-        # proxies are made, not when trace() starts: torch.fx first walks every module's
-        # attributes (collect_tensor_attrs), a quarter of a trace's isinstance calls.
-        _patches.patch(builtins, "isinstance", traced_isinstance, only_for=(ValueProxy,))
 
     def note_input_kinds(self, kinds: Optional[str]) -> None:
         """Called when specfx's generated entry check runs on this trace's own inputs
@@ -524,7 +508,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             return entered[1]
         return self.root.get_submodule(qualname)
 
-    # -- ambient reads (torch.is_grad_enabled(), torch.is_autocast_enabled(), torch.is_tensor()) --
+    # -- ambient reads (torch.is_grad_enabled(), torch.is_autocast_enabled()) --
 
     def read_grad_mode(self, is_grad_enabled: Callable[[], bool]) -> bool:
         """Called for ``torch.is_grad_enabled()`` in traced code: a node, and a guarded answer."""
@@ -544,15 +528,6 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self.decide(Decision(proxy, GuardKind.VALUE, Specialize.NONE, enabled, (enabled,),
                              f"torch.is_autocast_enabled({device_type!r})", operation))
         return enabled
-
-    def is_tensor(self, obj: Any, is_tensor: Callable[[Any], bool]) -> bool:
-        """Called for ``torch.is_tensor(obj)`` in traced code: answered as ``isinstance``."""
-        if type(obj) is ValueProxy and value_of(obj) is not MISSING:
-            frame = user_frame()
-            if frame is not None:
-                self.note_type_read(obj, frame)
-            return builtin_isinstance(value_of(obj), torch.Tensor)
-        return is_tensor(obj)
 
 
 def _where(location: Optional[SourceLocation]) -> str:

@@ -20,7 +20,9 @@ from typing import Any, Dict, Iterator, NamedTuple, Optional, Protocol, Tuple
 import torch
 from torch.fx.proxy import Attribute, Proxy
 
-from ._source import is_user_file
+from . import _messages
+from ._source import SourceLocation
+from ._type_reads import CannotTell, isinstance_asker
 
 __all__ = [
     "MISSING",
@@ -28,9 +30,7 @@ __all__ = [
     "ValueAttribute",
     "ValueProxy",
     "ValueTracer",
-    "builtin_isinstance",
     "state_of",
-    "traced_isinstance",
     "value_of",
 ]
 
@@ -107,6 +107,10 @@ class ValueTracer(Protocol):
 
     def note_type_read(self, proxy: "ValueProxy", frame: types.FrameType) -> None: ...
 
+    def records_factories(self) -> bool: ...
+
+    def refuse(self, error: BaseException) -> Any: ...
+
     def describe(self, proxy: Any) -> str: ...
 
     def none_attribute(self, proxy: "ValueProxy", name: str) -> None: ...
@@ -133,37 +137,12 @@ VALUE_ATTRIBUTES = SHAPE_ATTRIBUTES | TYPE_ATTRIBUTES
 _PLAIN_TYPES = frozenset({tuple, list, dict, int, float, bool, complex, str})
 
 
-def traced_isinstance(obj: Any, classinfo: Any) -> bool:
-    """``builtins.isinstance`` while specfx traces with example inputs: a proxy with
-    a value answers as its value does (so ``isinstance(x, torch.Tensor)`` is True
-    for a tensor input, and that answer is guarded); anything else as usual."""
-    if builtin_isinstance(obj, ValueProxy) and not _asks_about_tracing(classinfo):
-        value = value_of(obj)
-        caller = sys._getframe(2)  # (1) is the dispatcher specfx._patches installs
-        # torch (and torch.fx) must keep seeing a Proxy: they dispatch it via __torch_function__.
-        if value is not MISSING and is_user_file(caller.f_code.co_filename):
-            obj.tracer.note_type_read(obj, caller)
-            return builtin_isinstance(value, classinfo)
-    return builtin_isinstance(obj, classinfo)
-
-
-builtin_isinstance = isinstance  # bound before any patching
-
-
-def _asks_about_tracing(classinfo: Any) -> bool:
-    """``isinstance(x, torch.fx.Proxy)`` asks whether code is being traced (transformers
-    then keeps its traceable mask path): a question about the tracer, answered truthfully."""
-    if builtin_isinstance(classinfo, tuple):
-        return any(_asks_about_tracing(c) for c in classinfo)
-    return builtin_isinstance(classinfo, type) and issubclass(classinfo, Proxy)
-
-
 class ValueProxy(Proxy):
     """A ``torch.fx.Proxy`` that carries the concrete example value of its node.
 
     Created by the specfx tracer; user code sees it wherever ``symbolic_trace``
-    would hand it a ``Proxy``. ``isinstance(p, torch.Tensor)`` answers as the
-    carried value does.
+    would hand it a ``Proxy``. ``isinstance(p, torch.Tensor)`` in user code answers
+    as the carried value does (guarded); torch and torch.fx keep seeing a Proxy.
     """
 
     tracer: ValueTracer  # type: ignore[assignment]
@@ -192,13 +171,28 @@ class ValueProxy(Proxy):
 
     @property  # type: ignore[misc]
     def __class__(self) -> type:
-        # isinstance(p, tuple/list/dict/int/...) answers as the value does. Never for tensors:
-        # torch's C++ checks (THPVariable_Check) use isinstance and would then read the proxy
-        # as a tensor and crash; `isinstance(x, torch.Tensor)` is answered by `traced_isinstance`.
+        # isinstance() falls back to `__class__` when the type check fails: user code's
+        # isinstance(p, torch.Tensor) gets the value's class (a guarded decision), torch keeps a
+        # Proxy (its C++ checks would take the proxy for a tensor and crash: _type_reads.py).
+        # Plain Python values (tuple, int...) answer as themselves to everyone.
         value = value_of(self)
-        if type(value) in _PLAIN_TYPES:
-            return type(value)
-        return type(self)
+        if value is MISSING:
+            return type(self)
+        kind = type(value)
+        plain = kind in _PLAIN_TYPES
+        try:
+            asker = isinstance_asker(sys._getframe(1))
+        except CannotTell as unknown:
+            if plain:  # the answer is the same to everyone: guard it, as if isinstance asked
+                asker = unknown.frame
+            else:
+                location = SourceLocation(unknown.frame.f_code.co_filename, unknown.frame.f_lineno,
+                                          unknown.frame.f_code.co_name)
+                self.tracer.refuse(_messages.unknown_type_reader_error(self.tracer.describe(self), value, location))
+        if asker is None or not self.tracer.records_factories():
+            return kind if plain else type(self)
+        self.tracer.note_type_read(self, asker)
+        return kind
 
     # -- value-demanding dunders: the tracer decides ---------------------------------
 
