@@ -265,7 +265,9 @@ def _reduce_leaf(spec: Any) -> Any:
 
 # Saved graphs hold their input/output specs. torch pickles a leaf spec by re-creating the
 # deprecated LeafSpec class, which warns on every load and copy; pickle it as the call
-# that returns the shared leaf instead (same object, no warning, any loader).
+# that returns the shared leaf instead (same object, no warning, any loader with a torch that
+# has treespec_leaf). Process-wide and permanent, not a _patches session: graphs are pickled
+# after and outside any trace (torch.save, any thread). docs/guarantees.md states it.
 copyreg.pickle(type(pytree.treespec_leaf()), _reduce_leaf)
 
 _records_itself(flatten_inputs, "flatten_inputs")
