@@ -554,8 +554,8 @@ def call_sites(code: types.CodeType, forms: CallForms = CALL_FORMS) -> Dict[int,
 
     >>> def f(x):
     ...     return isinstance(x, int)
-    >>> [site.callable for site in call_sites(f.__code__).values()]
-    [Name(scope='global', name='isinstance')]
+    >>> {site.callable for site in call_sites(f.__code__).values()}
+    {Name(scope='global', name='isinstance')}
     """
     listing, position = _instructions(code)
     sites: Dict[int, CallSite] = {}

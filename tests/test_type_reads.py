@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import sys
 import threading
 
 import pytest
@@ -25,9 +26,7 @@ class TestUserCodeSeesTheValue:
     def test_isinstance_forms_answer_as_eager(self):
         check = isinstance
 
-        class Registered(abc.ABC):
-            pass
-
+        Registered = abc.ABCMeta("Registered", (), {})
         Registered.register(torch.Tensor)
 
         def f(x, n):
@@ -42,15 +41,13 @@ class TestUserCodeSeesTheValue:
 
         specfx.trace(traced, (torch.ones(2), 3))
 
+    @pytest.mark.skipif(sys.version_info < (3, 10), reason="match statements are Python >= 3.10")
     def test_match_class_pattern(self):
-        def f(x):
-            match x:
-                case torch.Tensor():
-                    return x + 1
-                case _:
-                    return x
-
-        gm = specfx.trace(f, (torch.ones(2),))
+        namespace = {"torch": torch}
+        exec(compile(  # (source text: the package's syntax is Python 3.9's)
+            "def f(x):\n    match x:\n        case torch.Tensor():\n            return x + 1\n"
+            "        case _:\n            return x\n", "<test_match>", "exec"), namespace)
+        gm = specfx.trace(namespace["f"], (torch.ones(2),))
         assert torch.equal(gm(torch.ones(2)), torch.full((2,), 2.0))
 
     def test_parameter_is_a_parameter(self):
