@@ -136,3 +136,27 @@ class TestRestore:
             assert Child().f() == "patched"
         assert "f" not in Child.__dict__
         assert Child().f() == "base"
+
+
+class TestFxTracingFlag:
+    def test_value_computation_sees_no_trace_without_a_global_write(self):
+        # a leaf asking "am I traced?" while its value is computed takes its eager path, and
+        # torch.fx's process-wide flag keeps torch.fx's value (another thread may read it)
+        seen = []
+
+        class AsksLeaf(nn.Module):
+            def forward(self, x):
+                seen.append((fx_trace.is_fx_tracing(), fx_trace._is_fx_tracing_flag))
+                return x + 1
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.leaf = AsksLeaf()
+
+            def forward(self, x):
+                return self.leaf(x)
+
+        specfx.trace(Model(), (torch.ones(2),), leaf_modules=[AsksLeaf])
+        assert seen == [(False, True)]
+        assert fx_trace._is_fx_tracing_flag is False

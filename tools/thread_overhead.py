@@ -2,7 +2,9 @@
 ``is_fx_tracing()`` timed in a second thread while a trace is paused inside the
 model's forward (so the two threads do not compete for the GIL), against the
 same loop in the same kind of thread with no trace running. Rounds alternate
-(no trace, during a trace, ...); the table shows medians and the ratio's minimum.
+(no trace, during a trace, ...), each timed in the thread's own CPU time (a busy
+machine delays a thread but does not bill it); the table shows medians and the
+ratio's minimum.
 
     python -m tools.thread_overhead [--rounds 9]
 """
@@ -24,31 +26,31 @@ CALLS = 200_000
 
 
 def _isinstance_int() -> float:
-    value, start = 1, time.perf_counter()
+    value, start = 1, time.thread_time()
     for _ in range(CALLS):
         isinstance(value, int)
-    return time.perf_counter() - start
+    return time.thread_time() - start
 
 
 def _isinstance_tensor() -> float:
-    value, tensor, start = 1, torch.Tensor, time.perf_counter()
+    value, tensor, start = 1, torch.Tensor, time.thread_time()
     for _ in range(CALLS):
         isinstance(value, tensor)
-    return time.perf_counter() - start
+    return time.thread_time() - start
 
 
 def _is_fx_tracing() -> float:
-    is_fx_tracing, start = fx_trace.is_fx_tracing, time.perf_counter()
+    is_fx_tracing, start = fx_trace.is_fx_tracing, time.thread_time()
     for _ in range(CALLS):
         is_fx_tracing()
-    return time.perf_counter() - start
+    return time.thread_time() - start
 
 
 def _empty() -> float:  # the loop itself, subtracted from the others
-    start = time.perf_counter()
+    start = time.thread_time()
     for _ in range(CALLS):
         pass
-    return time.perf_counter() - start
+    return time.thread_time() - start
 
 
 LOOPS: Dict[str, Callable[[], float]] = {
