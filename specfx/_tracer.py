@@ -493,10 +493,10 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
     def _refuse_type_of_proxy(self, check: TypeCheck, names: Any, code: types.CodeType) -> None:
         value = names.get(check.argument[0])
         for attribute in check.argument[1:]:
-            if builtin_isinstance(value, Proxy):
+            if isinstance(value, Proxy):
                 return
             value = getattr(value, attribute, None)
-        if builtin_isinstance(value, Proxy):
+        if isinstance(value, Proxy):
             location = SourceLocation(code.co_filename, check.line, code.co_name)
             self.refuse(_messages.type_of_traced_value(".".join(check.argument), value_of(value), location))
 
