@@ -243,6 +243,7 @@ class TypeCheck(NamedTuple):
     reassigned: bool  # the local is stored to after the call: its value then may not be the one type() got
     stored: bool  # the local is stored to anywhere (a parameter's value at entry may not be the one)
     always: bool  # it runs on every path that returns (so checking the arguments at entry is exact)
+    kind: str = "type"  # "type": type(x) compared; "identity": x is/is not <not None>, or id(x)
 
 
 _UNCONDITIONAL = frozenset({"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_ABSOLUTE",
@@ -295,6 +296,24 @@ def _dominators(listing: List[dis.Instruction]) -> Dict[int, frozenset]:
     return result
 
 
+_PLAIN_LOADS = frozenset({"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_SMALL_INT"})
+
+
+def _opnames(code: types.CodeType) -> frozenset:
+    return frozenset(dis.opname[op] for op in code.co_code[::2])
+
+
+def _operand_start(listing: List[dis.Instruction], end: int) -> Optional[int]:
+    """The index where the operand that ends right before ``listing[end]`` starts, for the
+    simple forms ``name``, ``name.attr...``, a constant or a global (None otherwise)."""
+    k = end - 1
+    while k >= 0 and listing[k].opname == "LOAD_ATTR":
+        k -= 1
+    if k >= 0 and listing[k].opname in _PLAIN_LOADS:
+        return k
+    return None
+
+
 def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
     """The compared ``type(x)`` calls of ``code`` (cached per code object).
 
@@ -308,12 +327,14 @@ def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
     if cached is not None and cached[0] is code:
         return cached[1]
     found: List[TypeCheck] = []
-    if "type" in code.co_names:
+    listing: List[dis.Instruction] = []
+    dominators: Optional[Dict[int, frozenset]] = None
+    if "type" in code.co_names or "id" in code.co_names:
         listing = _instructions(code)[0]
-        dominators: Optional[Dict[int, frozenset]] = None
         for i, inst in enumerate(listing):
-            if not (inst.opname in ("LOAD_GLOBAL", "LOAD_NAME") and inst.argval == "type"):
+            if not (inst.opname in ("LOAD_GLOBAL", "LOAD_NAME") and inst.argval in ("type", "id")):
                 continue
+            kind = "type" if inst.argval == "type" else "identity"
             j = i + 1
             if j >= len(listing) or listing[j].opname != "LOAD_FAST":
                 continue
@@ -328,8 +349,10 @@ def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
                 continue
             after = listing[j + 1:j + 8]
             compared = next((k for k, a in enumerate(after) if a.opname in _COMPARISONS), None)
-            if compared is None or any(a.opname in ("CALL", "PRECALL", "STORE_FAST") or a.opcode in _JUMPS
-                                       for a in after[:compared]):
+            if kind == "identity":  # id(x), however it is used (a key, compared, formatted)
+                compared = 0
+            elif compared is None or any(a.opname in ("CALL", "PRECALL", "STORE_FAST") or a.opcode in _JUMPS
+                                         for a in after[:compared]):
                 continue
             if dominators is None:
                 dominators = _dominators(listing)
@@ -342,7 +365,33 @@ def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
             always = bool(returns) and all(r in dominated for r in returns)
             line = next((a.positions.lineno for a in listing[i:j + 1]  # type: ignore[attr-defined]
                          if getattr(a, "positions", None) is not None and a.positions.lineno), 0)  # type: ignore[attr-defined]
-            found.append(TypeCheck(call, line, tuple(argument), dominated, reassigned, stored, always))
+            found.append(TypeCheck(call, line, tuple(argument), dominated, reassigned, stored, always, kind))
+    if "IS_OP" in _opnames(code):
+        listing = listing or _instructions(code)[0]
+        for k, inst in enumerate(listing):
+            if inst.opname != "IS_OP":
+                continue
+            right_start = _operand_start(listing, k)
+            left_start = _operand_start(listing, right_start) if right_start is not None else None
+            if left_start is None or right_start is None:
+                continue
+            operands = (listing[left_start:right_start], listing[right_start:k])
+            if any(o[0].opname == "LOAD_CONST" and o[0].argval is None and len(o) == 1 for o in operands):
+                continue  # `x is None`: answered truly (None stays None, guarded at entry)
+            if dominators is None:
+                dominators = _dominators(listing)
+            dominated = frozenset(o for o, doms in dominators.items() if inst.offset in doms and o != inst.offset)
+            line = next((a.positions.lineno for a in listing[left_start:k + 1]  # type: ignore[attr-defined]
+                         if getattr(a, "positions", None) is not None and a.positions.lineno), 0)  # type: ignore[attr-defined]
+            for operand in operands:
+                if operand[0].opname != "LOAD_FAST":
+                    continue
+                name = operand[0].argval
+                stores = [a.offset for a in listing if a.opname in ("STORE_FAST", "DELETE_FAST") and a.argval == name]
+                returns = [a.offset for a in listing if a.opname in ("RETURN_VALUE", "RETURN_CONST")]
+                found.append(TypeCheck(inst.offset, line, (name, *(a.argval for a in operand[1:])), dominated,
+                                       any(o > inst.offset for o in stores), bool(stores),
+                                       bool(returns) and all(r in dominated for r in returns), "identity"))
     _TYPE_CHECKS[id(code)] = (code, tuple(found))  # the code is kept: its id stays its own
     return tuple(found)
 

@@ -13,7 +13,7 @@ from ._policy import Resolved, Specialize, keyword_of
 from ._source import SourceLocation
 from .errors import SpecializationError, compatible_error_class
 
-__all__ = ["denied_error", "meta_error", "no_value_error", "short_repr", "type_of_traced_value"]
+__all__ = ["denied_error", "identity_of_traced_number", "meta_error", "no_value_error", "short_repr", "type_of_traced_value"]
 
 # What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
 # code matching on FX's messages keeps working when specfx runs without examples.
@@ -174,3 +174,17 @@ def unknown_type_reader_error(name: str, value: Any, location: SourceLocation) -
     )
     return SpecializationError(message, operation=f"a class check of `{name}`", flag=None, value=None,
                                location=str(location))
+
+
+def identity_of_traced_number(name: str, value: Any, location: Optional[SourceLocation]) -> SpecializationError:
+    """The error for ``x is <value>`` / ``id(x)`` on a traced Python number."""
+    message = (
+        f"`{name}` is compared by identity (`is`, `is not` or `id()`), but it is a traced "
+        f"{type(value).__name__} (example {value!r}): while tracing it is specfx's proxy, never the "
+        f"same object as another value, so the test would answer differently from eager silently "
+        f"(Python's `is` cannot be intercepted).\n"
+        f"Fix: compare values, `{name} == ...` (specfx answers it from the value and guards it)."
+        f"{_where(location)}"
+    )
+    return SpecializationError(message, operation=f"{name} is ...", flag=None, value=None,
+                               location=str(location) if location else None)

@@ -496,9 +496,14 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             if isinstance(value, Proxy):
                 return
             value = getattr(value, attribute, None)
-        if isinstance(value, Proxy):
-            location = SourceLocation(code.co_filename, check.line, code.co_name)
+        if not isinstance(value, Proxy):
+            return
+        location = SourceLocation(code.co_filename, check.line, code.co_name)
+        if check.kind == "type":
             self.refuse(_messages.type_of_traced_value(".".join(check.argument), value_of(value), location))
+        example = value_of(value)
+        if type(example) in (int, float, complex, bool):  # identity of a number is not its value
+            self.refuse(_messages.identity_of_traced_number(".".join(check.argument), example, location))
 
     def _submodule(self, qualname: str) -> torch.nn.Module:
         # root.get_submodule walks the path through nn.Module.__getattr__, which torch.fx

@@ -92,3 +92,18 @@ def test_type_calls_not_compared_are_not_checks():
         return f"got {type(x)}", type(x).__name__
 
     assert type_checks(message.__code__) == ()
+
+
+def test_identity_checks_are_found_for_locals_compared_with_is_or_passed_to_id():
+    def f(x, k, n):
+        a = x if k is SENTINEL else x * 2
+        b = x if n is None else x * 3  # `is None` is answered truly: not a check
+        return a + b + id(k)
+
+    checks = [(c.kind, c.argument) for c in type_checks(f.__code__)]
+    assert ("identity", ("k",)) in checks
+    assert ("identity", ("n",)) not in checks
+    assert checks.count(("identity", ("k",))) == 2  # the `is` and the id()
+
+
+SENTINEL = 4

@@ -423,6 +423,37 @@ class TestTypeOfTracedValues:  # class 7, type(x)
         assert torch.equal(gm(torch.ones(2), [torch.ones(1)]), f(torch.ones(2), [torch.ones(1)]))
 
 
+class TestIdentityOfTracedNumbers:  # class 8
+    """`n is K` and `id(n)` on a traced Python number: the proxy is never the same object
+    as the example, so the answer would differ from eager silently; refused with `==` as the fix."""
+
+    SENTINEL = 4
+
+    def test_is_against_a_global_number_is_refused(self):
+        def f(x, k):
+            return x * (3 if k is TestIdentityOfTracedNumbers.SENTINEL else 5)
+
+        with pytest.raises(SpecializationError, match=r"(?s)`k` is compared by identity.*example 4.*Fix: compare values"):
+            specfx.trace(f, (torch.ones(2), 4))
+
+    def test_id_of_a_shape_is_refused(self):
+        def f(x):
+            n = x.shape[0]
+            return x * (2 if id(n) == id(4) else 3)
+
+        with pytest.raises(SpecializationError, match="compared by identity"):
+            specfx.trace(f, torch.ones(4))  # a symbolic size (under SHAPES it is a guarded int)
+
+    def test_is_none_and_equality_stay_answered_from_values(self):
+        def f(x, k=None):
+            return x * (3 if k is not None and k == 4 else 5)
+
+        gm = specfx.trace(f, (torch.ones(2), 4), policy=Policy(bool=True))
+        assert torch.equal(gm(torch.ones(2), 4), f(torch.ones(2), 4))
+        with pytest.raises(GuardError):
+            gm(torch.ones(2), 5)
+
+
 class TestHashedPythonValues:  # class 8
     """A traced Python value used as a dict key or set member (`TABLE.get(n)`, `n in {2, 3}`)
     hashes by its value: a decision (SCALARS for data, SHAPES for sizes), guarded."""
