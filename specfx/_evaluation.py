@@ -72,7 +72,7 @@ def concrete_values(
         return a
 
     values = map_aggregate(args, concrete)
-    kw_values = map_aggregate(kwargs, concrete)
+    kw_values = map_aggregate(kwargs, concrete) if kwargs else {}  # (most calls have no kwargs)
     return None if missing else (values, kw_values)
 
 
@@ -251,6 +251,14 @@ def provenance(
     shape_read = (kind == "call_method" and target in SHAPE_METHODS) or (
         target is getattr and len(args) > 1 and args[1] in SHAPE_ATTRIBUTES
     )
+    if not shape_read:
+        # Most ops take a tensor first: a proxy not computed from shapes makes the node
+        # data, whatever else it takes (no need to look through every argument).
+        for arg in args:
+            if type(arg) is ValueProxy:
+                if not state_of(arg).from_shapes:
+                    return False, False
+                break
     inputs = list(proxies_in(args, kwargs))
     if target in _RANDOM:  # random data of a shape-derived size is data, not a shape
         return False, False

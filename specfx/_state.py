@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import itertools
 import operator
 import random
 import sys
@@ -394,15 +395,23 @@ class StateKeeper:
         if self._module is None:
             return
         seen: set = set()
+        parameters: set = set()  # ids (a tensor's __hash__ is Python code)
         for name, m in self._module.named_modules():
+            # the parameters in named_parameters()'s order, without walking the modules again
+            for key, param in m._parameters.items():
+                if param is not None and id(param) not in parameters:
+                    parameters.add(id(param))
+                    self._params.append((f"{name}.{key}" if name else key, param, param.requires_grad,
+                                         param.grad, param._version))
             if isinstance(m, torch.jit.ScriptModule):  # C++-backed tables; Python code cannot rebind them
                 continue
             self._tables.append((name, m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules)))
-            for key, value in m.__dict__.items():
-                if key not in _TABLES and (type(value) in _MUTABLE or (retry and isinstance(value, torch.Generator))):
+            for key in itertools.filterfalse(_TABLES.__contains__, m.__dict__):  # (in C: most keys are tables)
+                value = m.__dict__[key]
+                # (most attributes are sizes and flags: isinstance(x, torch.Generator) runs Python code)
+                if type(value) in _MUTABLE or (retry and type(value) not in _PLAIN_ATTRIBUTES
+                                               and isinstance(value, torch.Generator)):
                     self._remember(f"{name}.{key}" if name else key, value, seen, 4)
-        for name, param in self._module.named_parameters():
-            self._params.append((name, param, param.requires_grad, param.grad, param._version))
 
     def _remember(self, name: str, value: Any, seen: set, depth: int) -> None:
         """Snapshot mutable containers (deeply) and generators held by the model."""
@@ -440,6 +449,8 @@ class StateKeeper:
         for name, module, attributes, parameters, buffers, children in self._tables:
             for live, saved in ((module.__dict__, attributes), (module._parameters, parameters),
                                 (module._buffers, buffers), (module._modules, children)):
+                if not live and not saved:  # (a leaf's submodules, most buffer tables)
+                    continue
                 for key, value in _restore_table(live, saved):
                     qualified = f"{name}.{key}" if name else key
                     if not _updates_in_place(value, qualified):
@@ -471,6 +482,9 @@ _ABSENT = object()
 # as tables or left to torch; containers the user's code keeps are the rest.
 _TABLES = frozenset(torch.nn.Module().__dict__)
 _MUTABLE = (list, dict, set, collections.OrderedDict)
+# Attribute types that are neither containers nor generators (sizes, flags, names, tensors).
+_PLAIN_ATTRIBUTES = frozenset({int, float, bool, str, bytes, complex, tuple, type(None), torch.dtype, torch.device,
+                               torch.Size, torch.Tensor, torch.nn.Parameter})
 
 
 def restore_contents(container: Any, contents: Any) -> bool:

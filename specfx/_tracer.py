@@ -28,7 +28,7 @@ import torch
 import torch.fx
 from torch.fx.graph_module import _CodeOnlyModule
 from torch.fx.node import Node
-from torch.fx.proxy import Proxy
+from torch.fx.proxy import Proxy, TracerBase
 
 from . import _ambient, _caught, _messages, _patches
 from ._bytecode import TypeCheck, type_checks
@@ -304,6 +304,10 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             return a
         if type(a) is torch.Generator:
             check_generator(self, a)
+        if type(a) in (tuple, list, dict):
+            # a node's args tuple and kwargs dict: torch.fx's Tracer.create_arg would first check
+            # them against Parameter, Tensor, Module, namedtuple, constant and opaque types
+            return TracerBase.create_arg(self, a)
         if isinstance(a, dict) and type(a) is not dict and dataclasses.is_dataclass(a):
             # transformers' ModelOutput: a dict subclass, which torch.fx would return as a plain dict
             return self.create_node("call_function", type(a), (), {k: self.create_arg(v) for k, v in a.items()})

@@ -288,23 +288,25 @@ def graph_runtime(case: Case, settings: "Settings") -> Dict[str, Any]:
 
 
 class _ThreadProbe(nn.Module):
-    """A leaf whose forward records the torch thread count it runs with."""
+    """A leaf whose forward reports the torch thread count it runs with to ``report``
+    (a callback, not a list on the module: specfx puts the module's own containers
+    back after the trace, so a count appended to one would be gone)."""
 
-    def __init__(self) -> None:
+    def __init__(self, report: Callable[[int], None]) -> None:
         super().__init__()
-        self.seen: List[int] = []
+        self.report = report
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.seen.append(torch.get_num_threads())
+        self.report(torch.get_num_threads())
         return x + 1
 
 
 def value_threads() -> Dict[str, Any]:
     """The torch thread count while specfx computes example values, next to the user's:
     tracing must not change it (a busy machine makes extra OpenMP threads spin)."""
-    probe = _ThreadProbe()
-    specfx.trace(probe, (torch.zeros(2),), leaf_modules=[_ThreadProbe])
-    return {"user": torch.get_num_threads(), "inside_trace": probe.seen[-1] if probe.seen else None}
+    seen: List[int] = []
+    specfx.trace(_ThreadProbe(seen.append), (torch.zeros(2),), leaf_modules=[_ThreadProbe])
+    return {"user": torch.get_num_threads(), "inside_trace": seen[-1] if seen else None}
 
 
 # -- running ---------------------------------------------------------------------------------
