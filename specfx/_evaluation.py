@@ -8,6 +8,7 @@ object that reaches the tracer while the op runs) leaves the node without one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 from typing import Any, Callable, ContextManager, Dict, Iterator, Optional, Protocol, Sequence, Tuple
 
@@ -131,6 +132,7 @@ _RANDOM_NAMES = ("rand", "dropout", "bernoulli", "normal", "multinomial", "unifo
                  "geometric", "log_normal", "rrelu", "poisson", "attention", "gumbel", "sample", "shuffle")
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every op: op names repeat, the check runs once per name
 def is_random_name(name: str) -> bool:
     """Whether an op called ``name`` may draw random numbers (by name)."""
     lowered = name.lower()
