@@ -33,6 +33,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import contextvars
+import gc
 import sys
 import threading
 import types
@@ -40,8 +41,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch.fx._symbolic_trace as _fx_trace
 
-__all__ = ["Session", "active", "confine_fx_tracing_flag", "fx_tracing_off", "patch", "previous",
-           "restore_fx_tracing", "tracing"]
+__all__ = ["Session", "active", "confine_fx_tracing_flag", "fx_tracing_off", "no_full_collections", "patch",
+           "previous", "restore_fx_tracing", "tracing"]
 
 _ABSENT: Any = object()
 _Key = Tuple[int, str]
@@ -299,3 +300,32 @@ def restore_fx_tracing(token: Any) -> None:
         _fx_trace._is_fx_tracing_flag = token[0]
     elif token is not None:
         _FX_TRACING.reset(token)
+
+
+# A threshold no trace reaches: the oldest generation is collected after that many
+# collections of the middle one (ten million young collections at the default 700/10).
+_NO_FULL_COLLECTIONS = 1_000_000
+
+
+@contextlib.contextmanager
+def no_full_collections() -> Iterator[None]:
+    """Put off the garbage collector's full collections for the ``with`` block (a trace).
+
+    A trace makes long-lived objects (nodes, proxies, names, records) at a steady rate, so
+    full collections keep coming, each walking every object of the process: at 100k nodes
+    they took a tenth of ``symbolic_trace``'s time and a growing share per node. Young
+    collections still run (the short-lived cycles a trace makes are freed as before); the
+    threshold is put back at the end, unless someone else changed it meanwhile. Global (one
+    setting per process), like the rest of this module; traces are serialized by the trace lock.
+    """
+    before = gc.get_threshold()
+    if before[0] == 0 or before[2] == _NO_FULL_COLLECTIONS:  # no automatic collection, or a nested trace
+        yield
+        return
+    ours = (before[0], before[1], _NO_FULL_COLLECTIONS)
+    gc.set_threshold(*ours)
+    try:
+        yield
+    finally:
+        if gc.get_threshold() == ours:
+            gc.set_threshold(*before)

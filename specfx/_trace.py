@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, T
 import torch
 import torch.fx
 
-from . import _caught
+from . import _caught, _patches
 from ._decisions import Specialization
 from ._options import check_autowrap, check_leaf_modules, guard_concrete_args, tensor_defaults_as_inputs, traceable_root
 from ._policy import Policy, Specialize, parse_flags
@@ -104,7 +104,7 @@ def trace(
     name = type(root).__name__ if isinstance(root, torch.nn.Module) else getattr(root, "__name__", "function")
     # The snapshot is taken under the trace lock: two traces of one model from two threads
     # would otherwise each restore what the other had half-changed.
-    with TRACE_LOCK, preserved_state(root, runs_ops=examples is not None) as keeper:
+    with TRACE_LOCK, _patches.no_full_collections(), preserved_state(root, runs_ops=examples is not None) as keeper:
         tracer.state = keeper.trace_state
         tracer.set_examples(None if examples is None else clone_example(examples))
         graph = tracer.trace(root, concrete_args)

@@ -4,6 +4,7 @@ the tracing thread and undone to exactly what was there before."""
 from __future__ import annotations
 
 import builtins
+import gc
 import math
 import threading
 
@@ -160,3 +161,77 @@ class TestFxTracingFlag:
         specfx.trace(Model(), (torch.ones(2),), leaf_modules=[AsksLeaf])
         assert seen == [(False, True)]
         assert fx_trace._is_fx_tracing_flag is False
+
+
+class TestFullCollectionsPutOff:
+    """A trace puts off the collector's full collections and gives the user's setting back."""
+
+    class _ThresholdProbe(nn.Module):
+        def __init__(self, report):
+            super().__init__()
+            self.report = report
+
+        def forward(self, x):
+            self.report(gc.get_threshold())
+            return x + 1
+
+    def _trace_seen(self, examples=True):
+        seen = []
+        probe = self._ThresholdProbe(seen.append)
+        specfx.trace(probe, (torch.zeros(2),) if examples else None, leaf_modules=[self._ThresholdProbe])
+        return seen
+
+    def test_the_threshold_is_off_inside_and_the_users_afterwards(self):
+        before = gc.get_threshold()
+        try:
+            gc.set_threshold(500, 7, 9)
+            seen = self._trace_seen()
+            assert seen and seen[-1][:2] == (500, 7) and seen[-1][2] > 10_000
+            assert gc.get_threshold() == (500, 7, 9)
+        finally:
+            gc.set_threshold(*before)
+
+    def test_a_trace_that_raises_gives_the_threshold_back(self):
+        before = gc.get_threshold()
+
+        class Fails(nn.Module):
+            def forward(self, x):
+                if x.sum() > 0:  # a data decision the default policy refuses
+                    return x
+                return -x
+
+        with pytest.raises(specfx.SpecializationError):
+            specfx.trace(Fails(), (torch.ones(2),))
+        assert gc.get_threshold() == before
+
+    def test_a_setting_changed_during_the_trace_is_kept(self):
+        before = gc.get_threshold()
+
+        class Changes(nn.Module):
+            def forward(self, x):
+                gc.set_threshold(300, 5, 5)
+                return x + 1
+
+        try:
+            specfx.trace(Changes(), (torch.zeros(2),))
+            assert gc.get_threshold() == (300, 5, 5)
+        finally:
+            gc.set_threshold(*before)
+
+    def test_automatic_collection_off_stays_off(self):
+        before = gc.get_threshold()
+        try:
+            gc.set_threshold(0)
+            assert self._trace_seen()[-1][0] == 0
+            assert gc.get_threshold()[0] == 0
+        finally:
+            gc.set_threshold(*before)
+
+    def test_nested_sessions_restore_once(self):
+        before = gc.get_threshold()
+        with _patches.no_full_collections():
+            inside = gc.get_threshold()
+            with _patches.no_full_collections():
+                assert gc.get_threshold() == inside
+            assert gc.get_threshold() == inside
+        assert gc.get_threshold() == before
