@@ -140,10 +140,8 @@ def caught_error(operation: str, error: BaseException, location: Optional[Source
         f"would keep that fallback even for inputs on which `{operation}` does not raise.\n"
         f"Fix: trace with example inputs on which it does not raise, or move the try/except out of "
         f"the traced code (into a leaf module, or around the call of the traced graph)."
-        f"{_where(location)}"
     )
-    return SpecializationError(message, operation=operation, flag=None, value=None,
-                               location=str(location) if location else None)
+    return _refusal(message, operation, location)
 
 
 def type_of_traced_value(name: str, value: Any, location: Optional[SourceLocation]) -> SpecializationError:
@@ -155,10 +153,8 @@ def type_of_traced_value(name: str, value: Any, location: Optional[SourceLocatio
         f"silently (Python's type() cannot be intercepted).\n"
         f"Fix: write `isinstance({name}, torch.Tensor)` (or `torch.is_tensor({name})`, or "
         f"`isinstance({name}, <class>)`), which specfx answers as the value does and guards."
-        f"{_where(location)}"
     )
-    return SpecializationError(message, operation=f"type({name})", flag=None, value=None,
-                               location=str(location) if location else None)
+    return _refusal(message, f"type({name})", location)
 
 
 def unknown_type_reader_error(name: str, value: Any, location: SourceLocation) -> SpecializationError:
@@ -170,10 +166,9 @@ def unknown_type_reader_error(name: str, value: Any, location: SourceLocation) -
         f"cannot tell whether it is isinstance(), which must see the {type(value).__name__}, or a torch "
         f"function, which must see the traced Proxy.\n"
         f"Fix: call it through a plain name or module attribute (`check = fns[0]; check(x, ...)`, "
-        f"`torch.add(x, y)`), or call isinstance() itself.{_where(location)}"
+        f"`torch.add(x, y)`), or call isinstance() itself."
     )
-    return SpecializationError(message, operation=f"a class check of `{name}`", flag=None, value=None,
-                               location=str(location))
+    return _refusal(message, f"a class check of `{name}`", location)
 
 
 def identity_of_traced_number(name: str, value: Any, location: Optional[SourceLocation]) -> SpecializationError:
@@ -184,7 +179,11 @@ def identity_of_traced_number(name: str, value: Any, location: Optional[SourceLo
         f"same object as another value, so the test would answer differently from eager silently "
         f"(Python's `is` cannot be intercepted).\n"
         f"Fix: compare values, `{name} == ...` (specfx answers it from the value and guards it)."
-        f"{_where(location)}"
     )
-    return SpecializationError(message, operation=f"{name} is ...", flag=None, value=None,
+    return _refusal(message, f"{name} is ...", location)
+
+
+def _refusal(message: str, operation: str, location: Optional[SourceLocation]) -> SpecializationError:
+    """A refusal that is no policy flag's: the message, then where it happened."""
+    return SpecializationError(message + _where(location), operation=operation, flag=None, value=None,
                                location=str(location) if location else None)
