@@ -32,22 +32,39 @@ if TYPE_CHECKING:
 __all__ = ["held_tensors", "reading_held_tensors"]
 
 
-def held_tensors(root: Any) -> Dict[int, str]:
-    """The tensors ``root``'s modules hold as plain attributes: id -> qualified name."""
+def held_tensors(root: Any) -> Dict[int, Optional[str]]:
+    """The tensors ``root``'s modules hold as plain attributes, or inside lists, tuples and
+    dicts held so (two levels deep): id -> qualified name (None inside a container, which
+    ``get_attr`` cannot name: such a tensor is read through a constant attribute that is
+    the same tensor object)."""
     if not isinstance(root, torch.nn.Module):
         return {}
-    held: Dict[int, str] = {}
+    held: Dict[int, Optional[str]] = {}
     for prefix, module in root.named_modules():
         for key, value in module.__dict__.items():
-            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+            if type(value) is torch.Tensor:
                 held.setdefault(id(value), f"{prefix}.{key}" if prefix else key)
+            elif type(value) in _CONTAINERS:
+                for tensor in _tensors_in(value, 2):
+                    held.setdefault(id(tensor), None)
     return held
+
+
+_CONTAINERS = (list, tuple, dict)
+
+
+def _tensors_in(container: Any, depth: int) -> Iterator[torch.Tensor]:
+    for item in container.values() if type(container) is dict else container:
+        if type(item) is torch.Tensor:
+            yield item
+        elif depth > 1 and type(item) in _CONTAINERS:
+            yield from _tensors_in(item, depth - 1)
 
 
 class _HeldTensorReads(TorchFunctionMode):
     """Torch calls of the traced code that take a held tensor take its ``get_attr`` proxy."""
 
-    def __init__(self, tracer: "SpecTracer", held: Dict[int, str]) -> None:
+    def __init__(self, tracer: "SpecTracer", held: Dict[int, Optional[str]]) -> None:
         super().__init__()
         self._tracer = tracer
         self._held = held
@@ -68,10 +85,20 @@ class _HeldTensorReads(TorchFunctionMode):
         if type(value) is not torch.Tensor or id(value) not in self._held:
             return value
         name = self._held[id(value)]
+        if name is None:  # inside a container: a constant attribute that is this tensor object
+            name = self._held[id(value)] = self._tracer.tensor_attrs.get(value) or self._constant(value)
         proxy = self._proxies.get(name)
         if proxy is None:
             proxy = self._proxies[name] = self._tracer.create_proxy("get_attr", name, (), {})
         return proxy
+
+    def _constant(self, value: torch.Tensor) -> str:
+        # as torch.fx names a tensor constant (the attribute is removed from the user's model
+        # with the rest of the trace's changes; the graph module keeps it)
+        name = self._tracer.get_fresh_qualname("_tensor_constant")
+        setattr(self._tracer.root, name, value)
+        self._tracer.tensor_attrs[value] = name
+        return name
 
 
 @contextlib.contextmanager

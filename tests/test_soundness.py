@@ -136,6 +136,28 @@ class TestTensorsCreatedInForward:  # classes 3 and 4
             want, got = eager(torch.ones(2)), gm(torch.ones(2))
             assert all(torch.equal(w, g) for w, g in zip(want, got))
 
+    def test_tensors_in_containers_the_model_holds_are_read_when_the_graph_runs(self):
+        """The same for tensors inside a list or dict attribute (`self.stats[0].add_(x)`)."""
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.stats = [torch.zeros(2)]
+                self.tables = {"scale": (torch.ones(2),)}
+
+            def forward(self, x):
+                self.stats[0].add_(x)
+                return self.stats[0] * 1 + self.tables["scale"][0] * 2
+
+        eager, traced = Model(), Model()
+        gm = specfx.trace(traced, torch.ones(2))
+        assert torch.equal(traced.stats[0], torch.zeros(2)) and "_tensor_constant0" not in traced.__dict__
+        for step in range(3):
+            if step == 2:
+                eager.tables["scale"][0].fill_(5.0)
+                traced.tables["scale"][0].fill_(5.0)  # the graph reads the model's own tensor
+            assert torch.equal(gm(torch.ones(2)), eager(torch.ones(2)))
+
     def test_generator_made_in_forward_is_refused(self):
         """A `torch.Generator()` seeded inside forward restarts on every eager call: refused
         (the graph would continue its draws), with the line and the fix."""
