@@ -18,7 +18,7 @@ pay nothing (the mode is not entered).
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -32,21 +32,22 @@ if TYPE_CHECKING:
 __all__ = ["held_tensors", "reading_held_tensors"]
 
 
-def held_tensors(root: Any) -> Dict[int, Optional[str]]:
+def held_tensors(root: Any) -> Dict[int, Tuple[torch.Tensor, Optional[str]]]:
     """The tensors ``root``'s modules hold as plain attributes, or inside lists, tuples and
-    dicts held so (two levels deep): id -> qualified name (None inside a container, which
-    ``get_attr`` cannot name: such a tensor is read through a constant attribute that is
-    the same tensor object)."""
+    dicts held so (two levels deep): id -> (the tensor, kept so that its id stays its own
+    while forward runs; its qualified name, None inside a container, which ``get_attr``
+    cannot name: such a tensor is read through a constant attribute that is the same
+    tensor object)."""
     if not isinstance(root, torch.nn.Module):
         return {}
-    held: Dict[int, Optional[str]] = {}
+    held: Dict[int, Tuple[torch.Tensor, Optional[str]]] = {}
     for prefix, module in root.named_modules():
         for key, value in module.__dict__.items():
             if type(value) is torch.Tensor:
-                held.setdefault(id(value), f"{prefix}.{key}" if prefix else key)
+                held.setdefault(id(value), (value, f"{prefix}.{key}" if prefix else key))
             elif type(value) in _CONTAINERS:
                 for tensor in _tensors_in(value, 2):
-                    held.setdefault(id(tensor), None)
+                    held.setdefault(id(tensor), (tensor, None))
     return held
 
 
@@ -64,7 +65,7 @@ def _tensors_in(container: Any, depth: int) -> Iterator[torch.Tensor]:
 class _HeldTensorReads(TorchFunctionMode):
     """Torch calls of the traced code that take a held tensor take its ``get_attr`` proxy."""
 
-    def __init__(self, tracer: "SpecTracer", held: Dict[int, Optional[str]]) -> None:
+    def __init__(self, tracer: "SpecTracer", held: Dict[int, Tuple[torch.Tensor, Optional[str]]]) -> None:
         super().__init__()
         self._tracer = tracer
         self._held = held
@@ -84,9 +85,10 @@ class _HeldTensorReads(TorchFunctionMode):
     def _read(self, value: Any) -> Any:
         if type(value) is not torch.Tensor or id(value) not in self._held:
             return value
-        name = self._held[id(value)]
+        name = self._held[id(value)][1]
         if name is None:  # inside a container: a constant attribute that is this tensor object
-            name = self._held[id(value)] = self._tracer.tensor_attrs.get(value) or self._constant(value)
+            name = self._tracer.tensor_attrs.get(value) or self._constant(value)
+            self._held[id(value)] = (value, name)
         proxy = self._proxies.get(name)
         if proxy is None:
             proxy = self._proxies[name] = self._tracer.create_proxy("get_attr", name, (), {})
