@@ -246,8 +246,11 @@ class TypeCheck(NamedTuple):
     kind: str = "type"  # "type": type(x) compared; "identity": x is/is not <not None>, or id(x)
 
 
-_UNCONDITIONAL = frozenset({"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_ABSOLUTE",
-                            "JUMP", "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"})
+# Instructions after which control does not fall through, and loads of a frame's local.
+_ENDS = frozenset({"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD", "JUMP_BACKWARD",
+                   "JUMP_ABSOLUTE", "JUMP", "JUMP_NO_INTERRUPT", "JUMP_BACKWARD_NO_INTERRUPT"})
+_LOCAL_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW", "LOAD_DEREF", "LOAD_CLASSDEREF",
+                          "LOAD_FAST_AND_CLEAR", "LOAD_CLOSURE"})
 _COMPARISONS = frozenset({"IS_OP", "COMPARE_OP", "CONTAINS_OP"})
 _JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
 _TYPE_CHECKS: Dict[int, Tuple[types.CodeType, Tuple[TypeCheck, ...]]] = {}
@@ -258,7 +261,7 @@ def _dominators(listing: List[dis.Instruction]) -> Dict[int, frozenset]:
     (normal control flow only; exception handlers are reached from nowhere)."""
     leaders = {0} | {inst.argval for inst in listing if inst.opcode in _JUMPS and isinstance(inst.argval, int)}
     leaders |= {listing[i + 1].offset for i, inst in enumerate(listing[:-1])
-                if inst.opcode in _JUMPS or inst.opname in _UNCONDITIONAL}
+                if inst.opcode in _JUMPS or inst.opname in _ENDS}
     blocks: List[List[dis.Instruction]] = []
     for inst in listing:
         if inst.offset in leaders or not blocks:
@@ -268,7 +271,7 @@ def _dominators(listing: List[dis.Instruction]) -> Dict[int, frozenset]:
     successors: List[List[int]] = []
     for i, block in enumerate(blocks):
         last = block[-1]
-        following = [] if last.opname in _UNCONDITIONAL or i + 1 == len(blocks) else [i + 1]
+        following = [] if last.opname in _ENDS or i + 1 == len(blocks) else [i + 1]
         if last.opcode in _JUMPS and last.argval in start:
             following.append(start[last.argval])
         successors.append(following)
@@ -296,7 +299,7 @@ def _dominators(listing: List[dis.Instruction]) -> Dict[int, frozenset]:
     return result
 
 
-_PLAIN_LOADS = frozenset({"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_SMALL_INT"})
+_PLAIN_LOADS = _LOCAL_LOADS | {"LOAD_CONST", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_SMALL_INT"}
 
 
 def _opnames(code: types.CodeType) -> frozenset:
@@ -336,7 +339,7 @@ def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
                 continue
             kind = "type" if inst.argval == "type" else "identity"
             j = i + 1
-            if j >= len(listing) or listing[j].opname != "LOAD_FAST":
+            if j >= len(listing) or listing[j].opname not in _LOCAL_LOADS:
                 continue
             argument = [listing[j].argval]
             j += 1
@@ -384,7 +387,7 @@ def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
             line = next((a.positions.lineno for a in listing[left_start:k + 1]  # type: ignore[attr-defined]
                          if getattr(a, "positions", None) is not None and a.positions.lineno), 0)  # type: ignore[attr-defined]
             for operand in operands:
-                if operand[0].opname != "LOAD_FAST":
+                if operand[0].opname not in _LOCAL_LOADS:
                     continue
                 name = operand[0].argval
                 stores = [a.offset for a in listing if a.opname in ("STORE_FAST", "DELETE_FAST") and a.argval == name]
@@ -491,11 +494,7 @@ _POPPING = ("STORE_", "POP_", "DELETE_", "RETURN_", "RAISE_", "RERAISE", "JUMP",
 _CONSUMING_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "LOAD_SPECIAL", "LOAD_FROM_DICT_OR_DEREF",
                               "LOAD_FROM_DICT_OR_GLOBALS", "LOAD_SUPER_METHOD", "LOAD_ZERO_SUPER_ATTR",
                               "LOAD_ZERO_SUPER_METHOD"})
-_LOCAL_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW", "LOAD_DEREF", "LOAD_CLASSDEREF",
-                          "LOAD_FAST_AND_CLEAR", "LOAD_CLOSURE"})
 _PAIRED_LOCAL_LOADS = frozenset({"LOAD_FAST_LOAD_FAST", "LOAD_FAST_BORROW_LOAD_FAST_BORROW"})
-_ENDS = frozenset({"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD", "JUMP_BACKWARD",
-                   "JUMP_ABSOLUTE", "JUMP", "JUMP_NO_INTERRUPT", "JUMP_BACKWARD_NO_INTERRUPT"})
 
 
 class _Unanalyzable(Exception):
