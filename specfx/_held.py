@@ -43,6 +43,8 @@ def held_tensors(root: Any) -> Dict[int, Tuple[torch.Tensor, Optional[str]]]:
     held: Dict[int, Tuple[torch.Tensor, Optional[str]]] = {}
     for prefix, module in root.named_modules():
         for key, value in module.__dict__.items():
+            if key in _MODULE_TABLES:  # parameters and buffers: read through torch.fx's getattr hook
+                continue
             if type(value) is torch.Tensor:
                 held.setdefault(id(value), (value, f"{prefix}.{key}" if prefix else key))
             elif type(value) in _CONTAINERS:
@@ -52,6 +54,8 @@ def held_tensors(root: Any) -> Dict[int, Tuple[torch.Tensor, Optional[str]]]:
 
 
 _CONTAINERS = (list, tuple, dict)
+# nn.Module's own dicts of parameters, buffers and submodules: not attributes the code holds
+_MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
 
 
 def _tensors_in(container: Any, depth: int) -> Iterator[torch.Tensor]:
