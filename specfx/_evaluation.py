@@ -13,6 +13,7 @@ import operator
 from typing import Any, Callable, ContextManager, Dict, Iterator, Optional, Protocol, Sequence, Tuple
 
 import torch
+from torch.fx._symbolic_trace import _orig_module_call
 from torch.fx.node import map_aggregate
 from torch.fx.proxy import Proxy
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -51,9 +52,8 @@ class StateView(Protocol):
     translating: bool
 
     def translate(self, value: Any) -> Any: ...
-    def module(self, module: torch.nn.Module, *, copy_parameters: bool) -> torch.nn.Module: ...
+    def leaf(self, module: torch.nn.Module) -> Tuple[torch.nn.Module, bool]: ...
     def draws(self) -> ContextManager[Any]: ...
-    def may_draw(self, module: torch.nn.Module) -> bool: ...
 
 
 def concrete_values(
@@ -106,13 +106,14 @@ def run_op(
                     return getattr(values[0], target)(*values[1:], **kw_values)
             return getattr(values[0], target)(*values[1:], **kw_values)
         if kind == "call_module":
-            module = get_submodule(target)
-            # user-defined leaves may write their parameters: they run on copies of them too
-            shadow = state.module(module, copy_parameters=not is_torch_module(module))
-            if state.may_draw(module):
+            shadow, draws = state.leaf(get_submodule(target))
+            # torch.fx's own unpatched Module.__call__: its tracing wrapper (a closure, the
+            # autowrap scan of the module's globals, the tracer's call_module hook) would only
+            # hand the call back here, at a cost several times that of a small leaf's forward
+            if draws:
                 with state.draws():
-                    return shadow(*values, **kw_values)
-            return shadow(*values, **kw_values)
+                    return _orig_module_call(shadow, *values, **kw_values)
+            return _orig_module_call(shadow, *values, **kw_values)
         raise ValueError(f"unknown node kind {kind!r}")
     except Unevaluable:
         raise
@@ -141,7 +142,12 @@ def is_random_name(name: str) -> bool:
 
 def is_torch_module(module: torch.nn.Module) -> bool:
     """Whether ``module``'s class is torch's own (not user code)."""
-    return type(module).__module__.startswith(("torch.nn", "torch.ao.nn"))
+    return _is_torch_module_name(type(module).__module__)
+
+
+@functools.lru_cache(maxsize=4096)  # asked for every leaf call: module names repeat
+def _is_torch_module_name(name: str) -> bool:
+    return name.startswith(("torch.nn", "torch.ao.nn"))
 
 
 def callable_from_torch(target: Any) -> bool:
@@ -159,13 +165,17 @@ def _function_may_draw(target: Any) -> bool:
 def module_may_draw(module: torch.nn.Module) -> bool:
     """Whether calling ``module`` may draw random numbers: it (or a submodule) is
     user-defined, a dropout/RReLU, or has a ``dropout`` probability (attention, RNNs)."""
-    for sub in module.modules():
-        if not is_torch_module(sub) or is_random_name(type(sub).__name__):
-            return True
-        probability = getattr(sub, "dropout", None)
-        if isinstance(probability, float) and probability > 0:
-            return True
-    return False
+    if not module._modules:  # (most leaves: no generator over the tree)
+        return _draws_itself(module)
+    return any(_draws_itself(sub) for sub in module.modules())
+
+
+def _draws_itself(module: torch.nn.Module) -> bool:
+    if not is_torch_module(module) or is_random_name(type(module).__name__):
+        return True
+    # (a plain attribute: getattr would go through nn.Module.__getattr__, patched while tracing)
+    probability = module.__dict__.get("dropout")
+    return isinstance(probability, float) and probability > 0
 
 
 class PrivateDraws(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves it unannotated

@@ -43,7 +43,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 import torch.fx
 
-from ._evaluation import INPLACE_FUNCTIONS, PrivateDraws, module_may_draw
+from ._evaluation import INPLACE_FUNCTIONS, PrivateDraws, is_torch_module, module_may_draw
 
 __all__ = ["NO_STATE", "PrivateGenerators", "StateKeeper", "TraceState", "clone_example", "preserved_state", "restore_contents"]
 
@@ -192,23 +192,16 @@ class TraceState:
         self._state_storages: Dict[int, torch.Tensor] = {}  # storage key -> a model tensor using it
         self.translating = False  # a tensor already handed out has been copied since
         self._keep: List[Any] = []  # keeps ids valid for the trace's lifetime
-        self._shadows: Dict[int, torch.nn.Module] = {}
-        self._stateful: Dict[Tuple[int, bool], bool] = {}
+        # id(module) -> (the module a leaf call runs, `copies` when that was found)
+        self._shadows: Dict[int, Tuple[torch.nn.Module, int]] = {}
         self._draws: Dict[int, bool] = {}  # id(module) -> whether calling it may draw
         self.generators = PrivateGenerators()
         self.copied = 0  # bytes copied, for measurements
+        self.copies = 0  # private copies made so far
 
     def draws(self) -> Any:
         """A context in which random ops draw from the trace's private generators."""
         return PrivateDraws(self.generators.generator)
-
-    def may_draw(self, module: torch.nn.Module) -> bool:
-        """Whether calling leaf ``module`` may draw random numbers (cached per module)."""
-        known = self._draws.get(id(module))
-        if known is None:
-            known = self._draws[id(module)] = module_may_draw(module)
-            self._keep.append(module)
-        return known
 
     def _copy(self, tensor: torch.Tensor, *, handed_out: bool = False) -> torch.Tensor:
         """A private tensor with ``tensor``'s storage layout (so views of it map onto views of the copy)."""
@@ -232,6 +225,7 @@ class TraceState:
         if tensor.requires_grad and private.is_leaf:
             private.requires_grad_(True)
         self._private[id(tensor)] = private
+        self.copies += 1
         self._keep.append(tensor)
         self.translating = self.translating or handed_out
         return private
@@ -306,43 +300,84 @@ class TraceState:
         key = _storage_key(value) if self._storages else None
         return value if key is None or key not in self._storages else self._alias(value, key)
 
+    def leaf(self, module: torch.nn.Module) -> Tuple[torch.nn.Module, bool]:
+        """How a leaf call of ``module`` runs: the module to call (:meth:`module`; torch's own
+        modules keep their parameters) and whether the call may draw random numbers."""
+        draws = self._draws.get(id(module))
+        if draws is None:
+            draws = self._draws[id(module)] = module_may_draw(module)
+        return self.module(module, copy_parameters=not is_torch_module(module)), draws
+
     def module(self, module: torch.nn.Module, *, copy_parameters: bool) -> torch.nn.Module:
-        """The module a leaf call runs: a shallow clone (recursively) whose buffers, and
-        with ``copy_parameters`` whose parameters, are private copies."""
-        shadow = self._shadows.get(id(module))
-        if shadow is not None:
-            return shadow
-        if isinstance(module, torch.jit.ScriptModule) or not self._has_state(module, copy_parameters):
-            return module
+        """The module a leaf call runs: a shallow clone (recursively) whose buffers that the
+        call may write, and with ``copy_parameters`` whose parameters, are private copies,
+        and which reads the private copy of any of its tensors the trace has written
+        already; the module itself if none of that applies. (torch's own modules do not
+        write their parameters, nor their buffers in eval mode without hooks; a user-defined
+        submodule copies its parameters whatever its parent does.)"""
+        known = self._shadows.get(id(module))
+        if known is not None and known[1] == self.copies:  # (no copy made since: still right)
+            return known[0]
+        shadow = module
+        if not isinstance(module, torch.jit.ScriptModule) and self._needs_shadow(module, copy_parameters):
+            shadow = self._shadow(module, copy_parameters)
+        self._shadows[id(module)] = (shadow, self.copies)
+        self._keep.append(module)
+        return shadow
+
+    def _shadow(self, module: torch.nn.Module, copy_parameters: bool) -> torch.nn.Module:
+        writes_buffers = copy_parameters or _may_write_buffers(module)
         shadow = object.__new__(type(module))
         shadow.__dict__.update(module.__dict__)
         for key, value in module.__dict__.items():  # plain tensor attributes (GraphModule's get_attr copies)
             if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
                 shadow.__dict__[key] = self.read(value, is_buffer=True)
-        shadow.__dict__["_buffers"] = {k: None if b is None else self.read(b, is_buffer=True)
-                                       for k, b in module._buffers.items()}
-        if copy_parameters:
-            shadow.__dict__["_parameters"] = {k: None if p is None else self._private.get(id(p)) or self._copy(p)
-                                              for k, p in module._parameters.items()}
-        shadow.__dict__["_modules"] = {k: None if m is None else self.module(m, copy_parameters=copy_parameters)
-                                       for k, m in module._modules.items()}
-        self._shadows[id(module)] = shadow
-        self._keep.append(module)
+        shadow.__dict__["_buffers"] = {k: self._private_or(b, copy=writes_buffers) for k, b in module._buffers.items()}
+        shadow.__dict__["_parameters"] = {k: self._private_or(p, copy=copy_parameters)
+                                          for k, p in module._parameters.items()}
+        shadow.__dict__["_modules"] = {
+            k: None if m is None else self.module(m, copy_parameters=copy_parameters or not is_torch_module(m))
+            for k, m in module._modules.items()}
         return shadow
 
-    def _has_state(self, module: torch.nn.Module, parameters: bool) -> bool:
-        """Whether ``module`` (or a submodule) holds a tensor a call could write to."""
-        key = (id(module), parameters)
-        known = self._stateful.get(key)
-        if known is None:
-            known = self._stateful[key] = (
-                any(b is not None for b in module._buffers.values())
-                or (parameters and any(p is not None for p in module._parameters.values()))
-                or any(type(v) is torch.Tensor for v in module.__dict__.values())
-                or any(m is not None and self._has_state(m, parameters) for m in module._modules.values()))
-        return known
+    def _private_or(self, tensor: Optional[torch.Tensor], *, copy: bool) -> Optional[torch.Tensor]:
+        """``tensor``'s private copy: the one made already, else a new one if ``copy``, else ``tensor``."""
+        if tensor is None:
+            return None
+        private = self._private.get(id(tensor))
+        if private is not None:
+            return private
+        return self._copy(tensor) if copy else tensor
+
+    def _needs_shadow(self, module: torch.nn.Module, copy_parameters: bool) -> bool:
+        """Whether a call of ``module`` must run on a shadow (see :meth:`module`)."""
+        private = self._private
+        if module._buffers:
+            writes = copy_parameters or _may_write_buffers(module)
+            if any(b is not None and (writes or id(b) in private) for b in module._buffers.values()):
+                return True
+        if module._parameters and (copy_parameters or private):
+            if any(p is not None and (copy_parameters or id(p) in private) for p in module._parameters.values()):
+                return True
+        if torch.Tensor in set(map(type, module.__dict__.values())):  # (in C: no frame per attribute)
+            return True
+        return any(m is not None and self._needs_shadow(m, copy_parameters or not is_torch_module(m))
+                   for m in module._modules.values())
 
 
+def _may_write_buffers(module: torch.nn.Module) -> bool:
+    """Whether calling ``module`` (alone, not its submodules) may write its buffers: not when
+    torch's own module runs in eval mode (BatchNorm updates its statistics only in training)
+    without hooks, which are user code, and is not lazy (a lazy module fills its tensors in
+    on its first call)."""
+    return (module.training or not is_torch_module(module) or bool(module._forward_pre_hooks)
+            or bool(module._forward_hooks) or isinstance(module, torch.nn.modules.lazy.LazyModuleMixin)
+            or _global_hooks())
+
+
+def _global_hooks() -> bool:
+    hooks = torch.nn.modules.module
+    return bool(hooks._global_forward_pre_hooks or hooks._global_forward_hooks)
 
 
 class _NoState(TraceState):

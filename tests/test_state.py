@@ -540,6 +540,53 @@ class TestCopyOnWrite:
         specfx.trace(model, (torch.randn(8, 4),), policy=Policy(bool=True))
         assert {name: b._version for name, b in model.named_buffers()} == versions
 
+    def test_a_leaf_reads_what_the_trace_wrote_to_its_tensors_before(self):
+        """A torch leaf called after forward wrote its parameter (through ``.data``) or its
+        buffer computes the value eager computes (it ran on the unwritten tensors, so the
+        decision on it failed its own guard on the example input)."""
+
+        class WritesThenCalls(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = nn.Linear(2, 2, bias=False)
+                nn.init.ones_(self.linear.weight)
+                self.norm = nn.BatchNorm1d(2).eval()
+
+            def forward(self, x):
+                self.linear.weight.data.mul_(2)
+                self.norm.running_mean.add_(1)
+                y = self.linear(x) + self.norm(x)
+                return y * 10 if y.sum() > 6 else y
+
+        model, x = WritesThenCalls(), torch.ones(1, 2)
+        before = snapshot(model)
+        gm = specfx.trace(model, (x,), policy=Policy(bool=True))
+        assert_state_equal(model, before)
+        assert torch.allclose(gm(x), WritesThenCalls()(x))
+
+    def test_user_modules_inside_a_torch_leaf_and_hooks_of_torch_leaves_write_copies(self):
+        """Inside a torch container traced as a leaf, a user-defined module's write to its
+        parameter, and a hook's write to an eval-mode BatchNorm's buffer, reach copies."""
+
+        class Scales(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.scale = nn.Parameter(torch.ones(2))
+
+            def forward(self, x):
+                self.scale.data.add_(1)
+                return x * self.scale
+
+        def widens(module, args):
+            module.running_var.mul_(4)
+
+        norm = nn.BatchNorm1d(2).eval()
+        norm.register_forward_pre_hook(widens)
+        model = nn.Sequential(nn.Sequential(Scales()), norm)
+        before = snapshot(model)
+        specfx.trace(model, (torch.ones(3, 2),), leaf_modules=[nn.Sequential, nn.BatchNorm1d])
+        assert_state_equal(model, before)
+
 
 class TestThreads:
     """Barriers, never sleeps: each test holds one thread at a known point."""
