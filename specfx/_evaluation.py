@@ -79,17 +79,16 @@ def concrete_values(
 
 def run_op(
     root: torch.nn.Module, kind: str, target: Any, values: Any, kw_values: Any, state: StateView,
-    submodule: Optional[Callable[[str], torch.nn.Module]] = None,
+    leaf: Optional[torch.nn.Module] = None,
 ) -> Any:
     """Run one node's op eagerly, on the trace's private copies of whatever of the
     model's state it may write to (``state``): the user's tensors are never written.
-    ``submodule(name)`` finds a module by qualified name (default ``root.get_submodule``)."""
-    get_submodule = root.get_submodule if submodule is None else submodule
+    ``leaf`` is the module a ``call_module`` node calls (default: found by name)."""
     fx_flag = _patches.fx_tracing_off()  # leaves that ask "am I traced?" run as in eager
     try:
         if kind == "get_attr":
             owner, _, name = target.rpartition(".")
-            module = get_submodule(owner) if owner else root
+            module = root.get_submodule(owner) if owner else root
             return state.read(getattr(module, name), is_buffer=name not in module._parameters)
         if kind == "call_function":
             if values and (target in INPLACE_FUNCTIONS or getattr(target, "__name__", "").endswith("_")):
@@ -106,7 +105,7 @@ def run_op(
                     return getattr(values[0], target)(*values[1:], **kw_values)
             return getattr(values[0], target)(*values[1:], **kw_values)
         if kind == "call_module":
-            shadow, draws = state.leaf(get_submodule(target))
+            shadow, draws = state.leaf(root.get_submodule(target) if leaf is None else leaf)
             # torch.fx's own unpatched Module.__call__: its tracing wrapper (a closure, the
             # autowrap scan of the module's globals, the tracer's call_module hook) would only
             # hand the call back here, at a cost several times that of a small leaf's forward

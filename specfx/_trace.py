@@ -15,6 +15,7 @@ import torch.fx
 
 from . import _caught, _patches
 from ._decisions import Specialization
+from ._deferred import DeferredFailure
 from ._options import check_autowrap, check_leaf_modules, guard_concrete_args, tensor_defaults_as_inputs, traceable_root
 from ._policy import Policy, Specialize, parse_flags
 from ._records import keep_records
@@ -98,20 +99,29 @@ def trace(
         raise TypeError(f"tracer_class= takes a subclass of specfx.SpecTracer; got {tracer_class!r}")
     if isinstance(root, torch.nn.Module):
         _warn_unmatched_scopes(policy, root)
-    tracer = tracer_class(autowrap_modules, tuple(autowrap_functions), policy=policy,
-                          leaf_modules=leaf_modules, guards=guards, trace_through=trace_through)
     examples = bind_examples(root, example_inputs, example_kwargs, concrete_args)
     name = type(root).__name__ if isinstance(root, torch.nn.Module) else getattr(root, "__name__", "function")
-    # The snapshot is taken under the trace lock: two traces of one model from two threads
-    # would otherwise each restore what the other had half-changed.
-    with TRACE_LOCK, _patches.no_full_collections(), preserved_state(root, runs_ops=examples is not None) as keeper:
-        tracer.state = keeper.trace_state
-        tracer.set_examples(None if examples is None else clone_example(examples))
-        graph = tracer.trace(root, concrete_args)
-        # Built before the state is restored: torch.fx stores tensor constants on the root
-        # (`_tensor_constant0`), which the GraphModule copies and the restore then removes.
-        tensor_defaults_as_inputs(graph)
-        gm = torch.fx.GraphModule(tracer.root, graph, name)
+    # Values are computed in batches (_deferred.py); if a batched op raises, the trace runs
+    # again computing each value at once, which raises at the op's line as eager does.
+    for defer in (True, False) if examples is not None else (False,):
+        tracer = tracer_class(autowrap_modules, tuple(autowrap_functions), policy=policy,
+                              leaf_modules=leaf_modules, guards=guards, trace_through=trace_through)
+        tracer.defer_values = defer
+        try:
+            # The snapshot is taken under the trace lock: two traces of one model from two threads
+            # would otherwise each restore what the other had half-changed.
+            with TRACE_LOCK, _patches.no_full_collections(), \
+                    preserved_state(root, runs_ops=examples is not None) as keeper:
+                tracer.state = keeper.trace_state
+                tracer.set_examples(None if examples is None else clone_example(examples))
+                graph = tracer.trace(root, concrete_args)
+                # Built before the state is restored: torch.fx stores tensor constants on the root
+                # (`_tensor_constant0`), which the GraphModule copies and the restore then removes.
+                tensor_defaults_as_inputs(graph)
+                gm = torch.fx.GraphModule(tracer.root, graph, name)
+            break
+        except DeferredFailure:
+            continue
     _unbind_traced_assignments(gm, root, keeper.assigned)
     _warn_changed(keeper.changed)
     if guards and examples is not None:  # (without examples the graph is torch.fx's, node for node)

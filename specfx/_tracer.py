@@ -33,6 +33,7 @@ from torch.fx.proxy import Proxy, TracerBase
 from . import _ambient, _caught, _messages, _patches
 from ._bytecode import TypeCheck, type_checks
 from ._decisions import Decider, Decision, Specialization
+from ._deferred import DeferredValues
 from ._demands import ValueDemands
 from ._evaluation import StateView, Unevaluable, concrete_values, provenance, run_op, tensor_meta
 from ._factories import check_generator, record_factories
@@ -51,6 +52,7 @@ from ._transformers import install_transformers_support
 from ._wrapped_root import call_through_wrapper, is_wrapped
 from ._values import (
     MISSING,
+    PENDING,
     ProxyState,
     ValueProxy,
     value_of,
@@ -85,6 +87,7 @@ _PLAIN_ARGUMENT_TYPES = frozenset(
      torch.layout}
 )
 _CALL_KINDS = frozenset({"call_function", "call_method", "call_module"})
+_set_grad_mode = torch._C._set_grad_enabled  # (taken before specfx patches it while tracing)
 
 
 class SpecTracer(ValueDemands, torch.fx.Tracer):
@@ -134,6 +137,10 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._module_path: list[str] = []
         self._entered: Optional[Tuple[str, torch.nn.Module]] = None  # the module call_module saw last
         self._evaluating = 0
+        # values computed when first read (set by specfx.trace; see _deferred.py)
+        self.defer_values = False
+        self._deferred = DeferredValues()
+        self.pending_values = self._deferred.pending  # (read by value_of for every value)
         self._module_names: Optional[Dict[int, list[str]]] = None  # id of a submodule -> all its names
         self._state_names: Optional[Dict[int, str]] = None  # id of a parameter/buffer -> qualified name
         self._base_layer = Layer(self.policy, f"trace(policy={self.policy!r})")
@@ -180,6 +187,9 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                     install_transformers_support(self._is_tracing)
                     with reading_held_tensors(self, root):
                         graph = super().trace(root, concrete_args)
+                    self._compute_pending()
+                    if self._deferred.failure is not None:  # raised, and caught by model code
+                        raise self._deferred.failure
                     self._check_returned_frames(None)
                     self._fail_if_caught()
                     _caught.restore(graph, root)
@@ -251,7 +261,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             result = super().call_module(m, forward, args, kwargs)
             if self._watched_frames:
                 self._check_returned_frames(getattr(getattr(forward, "__func__", forward), "__code__", None))
-            if type(result) is ValueProxy and result.node.op == "call_module" and value_of(result) is None:
+            if (type(result) is ValueProxy and result.node.op == "call_module"
+                    and result.__dict__["_specfx"] is not PENDING and value_of(result) is None):
                 return self._none(result)  # a leaf that returned None (no mask, no cache), as in eager
             return result
         finally:
@@ -387,31 +398,81 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         proxy_factory_fn: Optional[Callable[[Node], Proxy]] = None,
     ) -> Proxy:
         """Called for every new node: computes the node's concrete value first
-        (so a failing op leaves no node behind) and attaches it to the proxy."""
+        (so a failing op leaves no node behind) and attaches it to the proxy; or, for
+        an op of torch's own while tracing with examples, attaches a pending value
+        computed when first read (_deferred.py)."""
         if self._evaluating:
             raise Unevaluable()
+        if self.defer_values and kind in _CALL_KINDS and proxy_factory_fn is None:
+            leaf = self._submodule(target) if kind == "call_module" else None
+            if self._deferred.deferrable(kind, target, args, leaf):
+                proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr)
+                self._deferred.add(cast(ValueProxy, proxy), kind, target, args, kwargs, leaf)
+                self._protect(proxy)
+                return proxy
+        if self._deferred.pending:
+            self._compute_pending()
         value = self._evaluate(kind, target, args, kwargs)
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         if type(proxy) is not ValueProxy:
             return proxy
+        self._attach(proxy, kind, target, args, kwargs, value)
+        if value is not MISSING and kind in _CALL_KINDS:
+            self._protect(proxy)
+        return proxy
+
+    def _attach(self, proxy: ValueProxy, kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                value: Any) -> None:
         from_shapes, degenerate = provenance(kind, target, args, kwargs, value)
         mapping = (args[0] if kind == "call_method" and target in _VIEW_METHODS
                    and isinstance(value_of(args[0]), dict) else None)
         proxy.__dict__["_specfx"] = ProxyState(value, from_shapes, degenerate, mapping)
         if value is MISSING:
-            return proxy
+            return
         meta = tensor_meta(value)
         if meta is not None:
             proxy.node.meta["tensor_meta"] = meta
         proxy.node.meta["type"] = type(value)
-        if kind in _CALL_KINDS:
-            handlers = _caught.protection(self._trace_frame, self._frame_with_type_checks)
-            if handlers is not None:  # the model code would catch what this op may raise
-                proxy.node.meta[_caught.CAUGHT] = _caught.Caught(
-                    handlers, self.describe(proxy), _where(user_location()), _caught.target_name(proxy.node))
-        return proxy
 
-    def _evaluate(self, kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    def _protect(self, proxy: Proxy) -> None:
+        handlers = _caught.protection(self._trace_frame, self._frame_with_type_checks)
+        if handlers is not None:  # the model code would catch what this op may raise
+            proxy.node.meta[_caught.CAUGHT] = _caught.Caught(
+                handlers, self.describe(proxy), _where(user_location()), _caught.target_name(proxy.node))
+
+    def computed_state(self, proxy: ValueProxy) -> ProxyState:
+        """``proxy``'s state, its pending value computed (with every other pending one)."""
+        self._compute_pending()
+        state = proxy.__dict__["_specfx"]
+        if state is PENDING:  # an op before it raised, and model code caught that
+            raise self._deferred.failure or RuntimeError(f"specfx: no value for node {proxy.node.name}")
+        return cast(ProxyState, state)
+
+    def _compute_pending(self) -> None:
+        """Compute the pending values, in the order their ops were recorded, each under the
+        grad mode it was recorded under (the mode now is put back after)."""
+        pending = self._deferred.take()
+        if not pending:
+            return
+        mode_now = mode = torch._C.is_grad_enabled()
+        try:
+            for proxy, kind, target, args, kwargs, leaf, grad in pending:
+                if grad is not mode:
+                    _set_grad_mode(grad)
+                    mode = grad
+                try:
+                    value = self._evaluate(kind, target, args, kwargs, leaf)
+                except Exception as error:
+                    self._deferred.fail(f"{_describe_call(kind, target)} raised {error!r}", error)
+                if value is None and kind == "call_module":  # the code got a proxy, not the None of eager
+                    self._deferred.fail(f"{_describe_call(kind, target)} returned None")
+                self._attach(proxy, kind, target, args, kwargs, value)
+        finally:
+            if mode is not mode_now:
+                _set_grad_mode(mode_now)
+
+    def _evaluate(self, kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                  leaf: Optional[torch.nn.Module] = None) -> Any:
         if kind == "placeholder":
             if self.examples is None:
                 return MISSING
@@ -429,7 +490,9 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             return MISSING
         self._evaluating += 1
         try:
-            return run_op(self.root, kind, target, values[0], values[1], self.state, self._submodule)
+            if kind == "call_module" and leaf is None:
+                leaf = self._submodule(target)
+            return run_op(self.root, kind, target, values[0], values[1], self.state, leaf)
         except Unevaluable:
             return MISSING
         except Exception as error:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import operator
 import sys
 import types
-from typing import Any, Dict, Iterator, NamedTuple, Optional, Protocol, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Protocol, Tuple
 
 import torch
 from torch.fx.proxy import Attribute, Proxy
@@ -26,6 +26,7 @@ from ._type_reads import CannotTell, isinstance_asker
 
 __all__ = [
     "MISSING",
+    "PENDING",
     "ProxyState",
     "ValueAttribute",
     "ValueProxy",
@@ -66,16 +67,28 @@ class ProxyState(NamedTuple):
 
 
 _NO_STATE = ProxyState()
+# The state of a proxy whose value the tracer computes later (see _deferred.py): asking for
+# it computes it. (Its own object, told apart by identity; read directly it has no value.)
+PENDING = ProxyState()
 
 
 def state_of(proxy: Any) -> ProxyState:
-    """The :class:`ProxyState` of ``proxy`` (an empty one for stock FX proxies)."""
-    return proxy.__dict__.get("_specfx", _NO_STATE)
+    """The :class:`ProxyState` of ``proxy`` (an empty one for stock FX proxies), once every
+    op recorded before has been computed (its value may be one that a pending op writes)."""
+    found = proxy.__dict__
+    state = found.get("_specfx", _NO_STATE)
+    if state is not _NO_STATE and (state is PENDING or found["tracer"].pending_values):
+        state = found["tracer"].computed_state(proxy)
+    return state
 
 
 def value_of(proxy: Any) -> Any:
     """The concrete value carried by ``proxy`` (``MISSING`` if it has none)."""
-    return proxy.__dict__.get("_specfx", _NO_STATE).value
+    found = proxy.__dict__
+    state = found.get("_specfx", _NO_STATE)
+    if state is not _NO_STATE and (state is PENDING or found["tracer"].pending_values):
+        state = found["tracer"].computed_state(proxy)
+    return state.value
 
 
 class ValueTracer(Protocol):
@@ -86,6 +99,10 @@ class ValueTracer(Protocol):
 
     def create_proxy(self, kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any],
                      name: Optional[str] = None, type_expr: Optional[Any] = None) -> Any: ...
+
+    pending_values: List[Any]  # ops whose values are computed when first read
+
+    def computed_state(self, proxy: "ValueProxy") -> ProxyState: ...
 
     def to_bool(self, obj: Any) -> bool: ...
 
