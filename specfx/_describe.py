@@ -49,6 +49,7 @@ class Describer:
 
     def __init__(self) -> None:
         self._inputs: Dict[Node, Tuple[str, ...]] = {}
+        self._distinct: Dict[Tuple[str, ...], Tuple[str, ...]] = {}
 
     def name(self, node: Any, depth: int = 0, local_names: Mapping[Node, str] = _NO_NAMES) -> str:
         """The expression that computed ``node``, in Python syntax; a node the user's
@@ -120,8 +121,8 @@ class Describer:
             if pending:
                 stack.extend(pending)
                 continue
-            found = {name for a in current.all_input_nodes for name in known[a]}
-            known[current] = tuple(sorted(found))
+            found = tuple(sorted({name for a in current.all_input_nodes for name in known[a]}))
+            known[current] = self._distinct.setdefault(found, found)  # (most nodes share a few)
             stack.pop()
         return known[node]
 

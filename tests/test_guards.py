@@ -506,6 +506,48 @@ class TestGuardNamesInGeneratedCode:
                                  "from specfx import guard_truth as specfx_guard_truth"]
 
 
+class TestGuardStatements:
+    """A guard returns nothing, so generated code calls it as a statement of its own,
+    ``specfx_guard_len(split, 2, 'len(split)', 'file.py:12: ...')``, binding no name; the
+    values it was the last user of are still released right after it."""
+
+    @pytest.mark.parametrize("transform", [t for t in TRANSFORMS if t is not fx_retraced], ids=lambda t: t.__name__)
+    def test_guards_are_bare_calls(self, gated, transform):
+        result = transform(gated[1])
+        guards = [n for n in result.graph.nodes if n.target in specfx.guards.GUARD_FUNCTIONS]
+        assert len(guards) == 2
+        for node in guards:
+            assert not re.search(rf"\b{node.name}\b", result.code)
+        assert re.search(r"^ +specfx_guard_len\(split, 2, 'len\(split\)', 'tests/test_guards.py:\d+: ", result.code, re.M)
+
+    @pytest.mark.parametrize("colored", [False, True])
+    def test_a_value_last_used_by_a_guard_is_released_after_it(self, colored):
+        def branch(x):
+            if x.sum() > 0:
+                return x + 1
+            return x - 1
+
+        gm = specfx.trace(branch, torch.ones(3), policy=Policy(bool=True))
+        code = re.sub(r"\x1b\[[0-9;]*m", "", gm.graph.python_code("self", colored=colored).src)
+        assert "    specfx_guard_truth(gt, True, 'bool(x.sum() > 0)', " in code
+        guard_line = next(line for line in code.splitlines() if "specfx_guard_truth" in line)
+        assert guard_line.endswith(";  gt = None") and "guard_truth =" not in code
+        assert torch.equal(gm(torch.ones(3)), torch.full((3,), 2.0))
+        with pytest.raises(GuardError, match=re.escape("bool(x.sum() > 0) == True")):
+            gm(-torch.ones(3))
+
+    def test_each_line_maps_to_its_node(self, gated):
+        """torch.fx's line -> node map (tracebacks, profilers) still points at the guard calls."""
+        gm = gated[1]
+        code = gm.graph.python_code("self")
+        lines, nodes = code.src.splitlines(), list(gm.graph.nodes)
+        guard_lines = {nodes[index].name: lines[lineno + code._prologue_start - 1].strip()
+                       for lineno, index in code._lineno_map.items()
+                       if index is not None and nodes[index].target in specfx.guards.GUARD_FUNCTIONS}
+        assert guard_lines.keys() == {"guard_len", "guard_truth"}
+        assert all(line.startswith(f"specfx_{name}(") for name, line in guard_lines.items())
+
+
 # -- guards=False ---------------------------------------------------------------------------------
 
 

@@ -420,7 +420,41 @@ class NumpyNoise(nn.Module):
         return x + float(numpy.random.rand())
 
 
+class Rewires(nn.Module):
+    """forward deletes, adds and rebinds attributes, submodules, parameters and buffers."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = 2.0
+        self.flag = True
+        self.inner = nn.Linear(4, 4)
+        self.w = nn.Parameter(torch.ones(4))
+        self.register_buffer("b", torch.zeros(4))
+
+    def forward(self, x):
+        del self.flag
+        self.inner = nn.Identity()
+        self.w = None
+        del self.b
+        self.register_buffer("fresh", None)
+        self.added = 1
+        return x * self.scale
+
+
+def tables(model: nn.Module):
+    """Every module's attribute, parameter, buffer and submodule tables: keys in order, objects by identity."""
+    return [(name, [(list(t), [id(v) for v in t.values()])
+                    for t in (m.__dict__, m._parameters, m._buffers, m._modules)])
+            for name, m in model.named_modules()]
+
+
 class TestCopyOnWrite:
+    def test_deleted_added_and_rebound_entries_are_put_back_in_order(self):
+        model = Rewires()
+        before = tables(model)
+        specfx.trace(model, (torch.ones(4),))
+        assert tables(model) == before
+
     def test_python_containers_on_the_model_are_put_back_with_a_warning(self):
         model = KeepsHistory()
         history, cache, seen = model.history, model.cache, model.cache["seen"]

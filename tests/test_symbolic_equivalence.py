@@ -239,6 +239,12 @@ def node_signature(gm: torch.fx.GraphModule, *, drop_guards: bool = False) -> Li
     return [(n.op, n.target, n.name, structure(n.args), structure(n.kwargs)) for n in nodes]
 
 
+def module_stacks(gm: torch.fx.GraphModule, *, drop_guards: bool = False) -> List[Tuple[str, Any]]:
+    """(name, ``meta['nn_module_stack']``) per node: the module calls each node was made in."""
+    return [(n.name, n.meta.get("nn_module_stack")) for n in gm.graph.nodes
+            if not (drop_guards and (is_guard(n) or n.target in ENTRY_CHECKS))]
+
+
 def is_guard(node: Node) -> bool:
     """Whether ``node`` is a specfx guard call."""
     return node.op == "call_function" and getattr(node.target, "__name__", "").startswith("guard_") and (
@@ -272,6 +278,14 @@ class TestWithoutExamples:
         expected = torch.fx.symbolic_trace(model, concrete_args=spec.concrete_args)
         actual = specfx.trace(model, concrete_args=spec.concrete_args)
         assert node_signature(actual) == node_signature(expected)
+
+    def test_same_module_stacks(self, case):
+        """Every node's ``nn_module_stack`` equals symbolic_trace's (specfx copies the stack once per
+        module call rather than once per node; the contents are torch.fx's)."""
+        _, model, spec = case
+        expected = torch.fx.symbolic_trace(model, concrete_args=spec.concrete_args)
+        actual = specfx.trace(model, concrete_args=spec.concrete_args)
+        assert module_stacks(actual) == module_stacks(expected)
 
     def test_same_code(self, case):
         """The generated Python code equals symbolic_trace's character for character."""
@@ -341,6 +355,14 @@ class TestWithExamples:
             assert [n.name for n in actual.graph.nodes if n.op == "placeholder"] == FLATTENED[name]
             return
         assert node_signature(actual, drop_guards=True) == node_signature(expected)
+
+    def test_same_module_stacks_apart_from_guards(self, case):
+        name, model, spec = case
+        if name in FLATTENED:
+            return  # other placeholders, by design (test_same_nodes_apart_from_guards)
+        expected = torch.fx.symbolic_trace(model, concrete_args=spec.concrete_args)
+        actual = specfx.trace(model, spec.example_inputs, concrete_args=spec.concrete_args)
+        assert module_stacks(actual, drop_guards=True) == module_stacks(expected)
 
     def test_only_the_pinned_guards(self, case):
         """The only specializations example inputs add are the pinned ones (unpacking into fixed names)."""

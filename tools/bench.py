@@ -8,6 +8,7 @@ of N = 10 ... 10000 ops (blocks with a guarded unpack each, for scaling).
     python -m tools.bench --json         # the same results as JSON on stdout
     python -m tools.bench --write-docs   # also write docs/benchmarks.md
     python -m tools.bench --profile [MODEL ...]  # differential cProfile against symbolic_trace (+ eager)
+    python -m tools.bench --memory [MODEL ...]   # only the peak-memory rows (default: every memory model)
 
 Method: every contender is warmed up; then each round calls every contender
 once, in an order rotated per round, with ``gc.collect()`` (of what the calls
@@ -72,6 +73,7 @@ PEERS = ("jit.trace", "make_fx real", "make_fx symbolic", "export")
 # per-op overhead shows) and the ResNet-50 and BERT layouts (where large ops hide it).
 TARGET_MODELS = ("res-norm-200", "mlp-seq-100", "resnet50", "bert12")
 GUARD_MODELS = ("resnet50", "bert12")
+MEMORY_MODELS = TARGET_MODELS + ("chain-1000",)  # the chain: a guard per five ops
 # With examples, specfx traces under the widest policy (issue 14 measures Policy(Specialize.ALL)):
 # every decision the code takes is granted, recorded and guarded.
 POLICY = Policy(Specialize.ALL)
@@ -240,29 +242,36 @@ class _HeapSampler(threading.Thread):
             time.sleep(0.0005)
 
 
-def peak_memory(call: Callable[[], Any]) -> Dict[str, Optional[float]]:
+def peak_memory(call: Callable[[], Any], repeat: int = 2) -> Dict[str, Optional[float]]:
     """MB allocated at the peak of one call, above what was allocated before it:
     Python objects (tracemalloc: graphs, proxies, records; not tensor storage,
-    which torch allocates in C++) and the whole C heap (sampled, includes tensors)."""
+    which torch allocates in C++) and the whole C heap (sampled, includes tensors).
+    Each is the least of ``repeat`` calls: process-wide tables grow now and then, at
+    whichever call crosses a threshold (Python's table of interned strings, which
+    compile() fills with the generated code's names, doubles at ~4 MB on these
+    models), which is not what a trace needs."""
     result: Dict[str, Optional[float]] = {"tracemalloc_mb": None, "heap_mb": None}
     probe = _heap_probe()
-    if probe is not None:
+    for _ in range(repeat):
+        if probe is not None:
+            gc.collect()
+            sampler = _HeapSampler(probe)
+            sampler.start()
+            kept = call()
+            sampler.done.set()
+            sampler.join()
+            heap = (max(sampler.peak, probe()) - sampler.base) / 2**20
+            result["heap_mb"] = heap if result["heap_mb"] is None else min(result["heap_mb"], heap)
+            del kept
         gc.collect()
-        sampler = _HeapSampler(probe)
-        sampler.start()
-        kept = call()
-        sampler.done.set()
-        sampler.join()
-        result["heap_mb"] = (max(sampler.peak, probe()) - sampler.base) / 2**20
+        tracemalloc.start()
+        try:
+            kept = call()
+            peak = tracemalloc.get_traced_memory()[1] / 2**20
+        finally:
+            tracemalloc.stop()
         del kept
-    gc.collect()
-    tracemalloc.start()
-    try:
-        kept = call()
-        result["tracemalloc_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
-    finally:
-        tracemalloc.stop()
-    del kept
+        result["tracemalloc_mb"] = peak if result["tracemalloc_mb"] is None else min(result["tracemalloc_mb"], peak)
     return result
 
 
@@ -337,7 +346,7 @@ def settings_for(quick: bool, slow_s: Optional[float], peers_max_ops: Optional[i
         return Settings(True, 3, 5, 0.2, 0.2, slow_s or 0.25, (10, 100, 1000), peers_max_ops or 100,
                         ("res-norm-200",), clock, long_chain_rounds=3)
     return Settings(False, 9, 15, 3.0, 1.5, slow_s or 1.5, (10, 100, 1000, 10000, 100000),
-                    peers_max_ops or 1000, TARGET_MODELS + ("chain-1000",), clock)
+                    peers_max_ops or 1000, MEMORY_MODELS, clock)
 
 
 def machine() -> Dict[str, Any]:
@@ -504,6 +513,12 @@ def _memory_total(entry: Optional[Dict[str, Optional[float]]]) -> Optional[float
     return max(0.0, entry["tracemalloc_mb"]) + max(0.0, entry["heap_mb"])
 
 
+def memory_ratio(entry: Dict[str, Dict[str, Optional[float]]]) -> Optional[float]:
+    """The memory target's ratio: specfx with examples over symbolic_trace's and eager's peaks."""
+    base = [_memory_total(entry.get(n)) for n in ("symbolic_trace", "eager")]
+    return _ratio(_memory_total(entry.get("specfx+ex")), None if None in base else sum(base))  # type: ignore[arg-type]
+
+
 def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
     """Issue 14's targets, each with its worst ratio of medians (and of minima) over
     its models, and where; then issue 5's comparison with the peers."""
@@ -519,10 +534,7 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
     for name in ("specfx+ex", "specfx"):
         rows.append((f"{LABELS[name]}: per-op cost flat from {results['flat_from']} ops (last marginal ≤ 1.2 × "
                      "first)", (sc["flatness"][name], "chain"), (sc["flatness_of_minima"][name], "chain"), 1.2))
-    memory = []
-    for case, entry in results["memory"].items():
-        base = [_memory_total(entry.get(n)) for n in ("symbolic_trace", "eager")]
-        memory.append((_ratio(_memory_total(entry.get("specfx+ex")), None if None in base else sum(base)), case))
+    memory = [(memory_ratio(entry), case) for case, entry in results["memory"].items()]
     rows.append(("peak memory ≤ 1.2 × (symbolic_trace's + eager's)", _worst(memory), (None, "—"), 1.2))
     shares = [(r.get("guard_share"), case) for case, r in results["runtime"].items() if case in GUARD_MODELS]
     worst_share = _worst(shares)
@@ -540,6 +552,30 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
         value = _worst([(row[f"specfx+ex / {peer}"]["median"], case) for case, row in results["ratios"].items()])
         out.append({"target": f"(issue 5) faster than {peer}", "worst": value[0], "where": value[1],
                     "worst_of_minima": None, "limit": 1.0, "met": None if value[0] is None else value[0] < 1.0})
+    return out
+
+
+def memory_table(memory: Dict[str, Dict[str, Dict[str, Optional[float]]]]) -> List[str]:
+    out = ["### Peak memory while tracing, MB above the start: Python objects (tracemalloc peak: "
+           "graph, proxies, records; tensor storage is allocated in C++ and not seen) / whole C heap "
+           "(glibc mallinfo2, sampled every ~0.5 ms: includes tensor storage); the target compares "
+           "their sums: specfx (ex.) / (symbolic_trace + eager fwd) ≤ 1.2", ""]
+    names = [n for n in CONTENDERS if any(n in m for m in memory.values())]
+    rows = [[c] + [f"{_fmt(m[n]['tracemalloc_mb'])} / {_fmt(m[n]['heap_mb'])}" if n in m else "—" for n in names]
+            + [_target(memory_ratio(m), 1.2)] for c, m in memory.items()]
+    return out + _table(["model"] + [LABELS.get(n, n) for n in names] + ["ratio of sums"], rows)
+
+
+def memory_only(names: Sequence[str]) -> Dict[str, Dict[str, Dict[str, Optional[float]]]]:
+    """The peak-memory rows alone, for ``names`` (models and ``chain-N``), each contender
+    called once untimed first, as the full run's timing rounds do before its memory rows."""
+    sizes = tuple(int(n.split("-", 1)[1]) for n in names if n.startswith("chain-"))
+    out = {}
+    for case in (c for c in build_cases(sizes) if c.name in names):
+        calls = contender_calls(case, ("eager", "symbolic_trace", "specfx", "specfx+ex"))
+        for call in calls.values():
+            call()
+        out[case.name] = {n: peak_memory(c) for n, c in calls.items()}
     return out
 
 
@@ -606,18 +642,7 @@ def render(results: Dict[str, Any]) -> str:
                    + [f"{_target(sc['flatness'][n], 1.2)} ({_fmt(sc['flatness_of_minima'][n])})"]
                    for n, per in sc["us_per_op"].items()])
     if results["memory"]:
-        out += ["", "### Peak memory while tracing, MB above the start: Python objects (tracemalloc peak: "
-                "graph, proxies, records; tensor storage is allocated in C++ and not seen) / whole C heap "
-                "(glibc mallinfo2, sampled every ~0.5 ms: includes tensor storage); the target compares "
-                "their sums: specfx (ex.) / (symbolic_trace + eager fwd) ≤ 1.2", ""]
-        names = [n for n in CONTENDERS if any(n in m for m in results["memory"].values())]
-        rows = []
-        for c, m in results["memory"].items():
-            base = [_memory_total(m.get(n)) for n in ("symbolic_trace", "eager")]
-            ratio = _ratio(_memory_total(m.get("specfx+ex")), None if None in base else sum(base))
-            rows.append([c] + [f"{_fmt(m[n]['tracemalloc_mb'])} / {_fmt(m[n]['heap_mb'])}" if n in m else "—"
-                               for n in names] + [_target(ratio, 1.2)])
-        out += _table(["model"] + [LABELS.get(n, n) for n in names] + ["ratio of sums"], rows)
+        out += [""] + memory_table(results["memory"])
     if results["runtime"]:
         out += ["", "### Runtime of the specfx graph, median ms (no_grad). guard calls: CPU ms one forward "
                 "spends in its guards, timed directly (min of 5 batches), and their share of the guards=False "
@@ -798,6 +823,9 @@ def main(argv: Sequence[str]) -> int:
                         help="longest chain the peers run on (default 1000; at 10000 they take 25-40 s each)")
     parser.add_argument("--zoo", action="store_true",
                         help="time small transformers models with specfx, HF's FX tracer and torch.export")
+    parser.add_argument("--memory", nargs="*", metavar="MODEL",
+                        help="only the peak-memory rows (default models: "
+                             f"{' '.join(MEMORY_MODELS)}; any chain-N)")
     parser.add_argument("--profile", nargs="*", metavar="MODEL",
                         help="differential cProfile of specfx.trace against its baselines instead of "
                              "benchmarking (default models: res-norm-200 mlp-seq-100)")
@@ -806,6 +834,9 @@ def main(argv: Sequence[str]) -> int:
     warnings.simplefilter("ignore")  # jit.trace's TracerWarnings, export's deprecations
     if args.profile is not None:
         print(profile(args.profile or ("res-norm-200", "mlp-seq-100")))
+        return 0
+    if args.memory is not None:
+        print("\n".join(memory_table(memory_only(args.memory or MEMORY_MODELS))))
         return 0
     settings = settings_for(args.quick, args.slow, args.peers_max_ops, args.clock)
     if args.zoo:
