@@ -3,7 +3,7 @@
 A guard is an ordinary ``call_function`` node whose target is one of the
 ``guard_*`` functions below; printed, a graph explains itself::
 
-    guard_len = specfx_guard_len(split, 2, 'len(split)', 'model.py:12: return self.call_cat(*x)')
+    specfx_guard_len(split, 2, 'len(split)', 'model.py:12: return self.call_cat(*x)')
 
 Each guard takes the value it checks, what it expects, the user's expression and
 the source line, and raises :class:`~specfx.GuardError` when the input breaks
