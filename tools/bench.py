@@ -9,6 +9,7 @@ of N = 10 ... 10000 ops (blocks with a guarded unpack each, for scaling).
     python -m tools.bench --write-docs   # also write docs/benchmarks.md
     python -m tools.bench --profile [MODEL ...]  # differential cProfile against symbolic_trace (+ eager)
     python -m tools.bench --memory [MODEL ...]   # only the peak-memory rows (default: every memory model)
+    python -m tools.bench --scaling [N ...]      # only the chain's per-op cost and flatness (a few minutes)
 
 Method: every contender is warmed up; then each round calls every contender
 once, in an order rotated per round, with ``gc.collect()`` (of what the calls
@@ -21,7 +22,9 @@ time by default (``--clock wall`` for elapsed time) with one torch thread
 (``--threads``): on a shared machine both keep other processes out of the
 numbers. Models are in eval mode; traces run with autograd enabled, as a
 user's call would; graph runtimes run under ``torch.no_grad()``; peak memory
-is measured in separate calls.
+is measured in separate calls. The chains from which the per-op cost must be flat
+(N = 1000 ... 100000) are timed in the same rounds, every call sampled, so that the
+flatness compares sizes measured under the same machine load.
 """
 
 from __future__ import annotations
@@ -102,10 +105,13 @@ def build_cases(chain_sizes: Sequence[int]) -> List[Case]:
         Case("bert12", "12 layers, hidden 256, 4 heads, ids 2x64 + mask", BertLike().eval(),
              (ids, torch.ones(2, 64))),
     ]
-    cases += [Case(f"chain-{n}", f"{n // 5} blocks of 5 ops (chunk/unpack, relu, cat), x of 8", Chain(n),
-                   (torch.randn(8),), ops=n)
-              for n in chain_sizes]
-    return cases
+    return cases + chain_cases(chain_sizes)
+
+
+def chain_cases(sizes: Sequence[int]) -> List[Case]:
+    """The chain of N ops for each N (the scaling rows)."""
+    return [Case(f"chain-{n}", f"{n // 5} blocks of 5 ops (chunk/unpack, relu, cat), x of 8", Chain(n),
+                 (torch.randn(8),), ops=n) for n in sizes]
 
 
 def checked_trace(case: Case) -> torch.fx.GraphModule:
@@ -333,7 +339,7 @@ class Settings:
     peers_max_ops: int  # peers are not run on longer chains
     memory_cases: Tuple[str, ...]
     clock: str = "cpu"
-    long_chain_rounds: int = 5  # rounds on chains of 10000 ops or more (seconds per call)
+    long_chain_rounds: int = 5  # rounds of the chains timed together (seconds per call at 100k ops)
 
     @property
     def flat_from(self) -> int:
@@ -394,16 +400,23 @@ def run(settings: Settings, log: Callable[[str], None]) -> Dict[str, Any]:
         except Exception:
             pass
     results["threads"] = value_threads()
+    # The chains whose marginals give the flatness are timed together (see measure_jointly).
+    joint = [c for c in cases if c.ops is not None and c.ops >= settings.flat_from]
+    joint_timings: Dict[str, Dict[str, Timing]] = {}
     for case in cases:
         nodes = len(checked_trace(case).graph.nodes)
         names = [n for n in CONTENDERS if case.ops is None or case.ops <= settings.peers_max_ops
                  or n not in PEERS]
-        log(f"{case.name}: {nodes} nodes, timing {len(names)} contenders ...")
-        case_settings = settings
-        if case.ops is not None and case.ops >= 10000:  # seconds per call: a few rounds, all sampled
-            case_settings = dataclasses.replace(settings, slow_s=math.inf, min_rounds=settings.long_chain_rounds,
-                                                max_rounds=settings.long_chain_rounds)
-        timings = measure(contender_calls(case, names), case_settings, settings.budget_s)
+        if case in joint:
+            if not joint_timings:
+                log(f"{', '.join(c.name for c in joint)}: timing in the same rounds ...")
+                joint_timings = measure_jointly(joint, lambda c: [n for n in CONTENDERS if n not in PEERS or
+                                                                  (c.ops or 0) <= settings.peers_max_ops], settings)
+            log(f"{case.name}: {nodes} nodes")
+            timings = joint_timings[case.name]
+        else:
+            log(f"{case.name}: {nodes} nodes, timing {len(names)} contenders ...")
+            timings = measure(contender_calls(case, names), settings, settings.budget_s)
         results["cases"][case.name] = {
             "description": case.description, "ops": case.ops,
             "nodes": nodes, "timings": {n: t.summary() for n, t in timings.items()}}
@@ -423,6 +436,41 @@ def run(settings: Settings, log: Callable[[str], None]) -> Dict[str, Any]:
     results["ratios"] = ratios(results)
     results["scaling"] = scaling(results)
     results["targets"] = targets(results)
+    results["elapsed_s"] = round(time.perf_counter() - started, 1)
+    return results
+
+
+SCALING_CONTENDERS = ("symbolic_trace", "specfx", "specfx+ex")
+
+
+def measure_jointly(cases: Sequence[Case], names: Callable[[Case], Sequence[str]],
+                    settings: Settings) -> Dict[str, Dict[str, Timing]]:
+    """Time the contenders ``names(case)`` on all ``cases`` in the same interleaved rounds,
+    ``long_chain_rounds`` of them, every call sampled: the flatness compares the chains with
+    each other, and timing each size in its own stretch of minutes let a change of machine
+    load between two sizes move their marginal."""
+    calls = {f"{case.name}|{name}": call for case in cases
+             for name, call in contender_calls(case, names(case)).items()}
+    rounds = dataclasses.replace(settings, slow_s=math.inf, min_rounds=settings.long_chain_rounds,
+                                 max_rounds=settings.long_chain_rounds)
+    timings = measure(calls, rounds, budget_s=1e9)  # the rounds, not a budget, set the samples
+    return {case.name: {name: timings[f"{case.name}|{name}"] for name in names(case)} for case in cases}
+
+
+def run_scaling(settings: Settings, log: Callable[[str], None]) -> Dict[str, Any]:
+    """Only the chain rows (``--scaling``): their per-op cost and flatness, in a few minutes."""
+    started = time.perf_counter()
+    results: Dict[str, Any] = {"machine": machine(), "mode": "scaling", "clock": settings.clock,
+                               "flat_from": settings.flat_from, "cases": {}}
+    cases = chain_cases(settings.chain_sizes)
+    log(f"chains of {', '.join(map(str, settings.chain_sizes))} ops, {settings.long_chain_rounds} rounds ...")
+    timings = measure_jointly(cases, lambda case: SCALING_CONTENDERS, settings)
+    for case in cases:
+        results["cases"][case.name] = {"description": case.description, "ops": case.ops, "timings": {
+            name: timing.summary() for name, timing in timings[case.name].items()}}
+    results["machine"]["load_average_end"] = results["machine"]["load_average"] and [
+        round(x, 2) for x in os.getloadavg()]
+    results["scaling"] = scaling(results)
     results["elapsed_s"] = round(time.perf_counter() - started, 1)
     return results
 
@@ -631,16 +679,7 @@ def render(results: Dict[str, Any]) -> str:
             cells.append(text if median is None else f"{text} ({_fmt(minimum)})")
         rows.append([case] + cells)
     out += _table(["model"] + ratio_names, rows)
-    sc = results["scaling"]
-    sizes, segments = sc["sizes"], list(next(iter(sc["marginal_us_per_op"].values())))
-    out += ["", "### Per-op trace cost on the chain, µs/op (medians): total (time / N) and marginal "
-            f"(Δtime / ΔN); flatness = last marginal / first marginal from N={results['flat_from']}, of medians "
-            "(of minima), target ≤ 1.2", ""]
-    out += _table(["contender"] + [f"N={n}" for n in sizes] + [f"Δ {k}" for k in segments] + ["flatness"],
-                  [[LABELS.get(n, n)] + [_fmt(per.get(k)) for k in sizes]
-                   + [_fmt(sc["marginal_us_per_op"][n].get(k)) for k in segments]
-                   + [f"{_target(sc['flatness'][n], 1.2)} ({_fmt(sc['flatness_of_minima'][n])})"]
-                   for n, per in sc["us_per_op"].items()])
+    out += scaling_table(results)
     if results["memory"]:
         out += [""] + memory_table(results["memory"])
     if results["runtime"]:
@@ -678,6 +717,29 @@ def render(results: Dict[str, Any]) -> str:
     if notes:
         out += ["", "Failures:", ""] + [f"{i}. {note}" for i, note in enumerate(notes, 1)]
     return "\n".join(out) + "\n"
+
+
+def scaling_table(results: Dict[str, Any]) -> List[str]:
+    """The chain's per-op cost and flatness, as Markdown lines."""
+    sc = results["scaling"]
+    sizes, segments = sc["sizes"], list(next(iter(sc["marginal_us_per_op"].values())))
+    out = ["", "### Per-op trace cost on the chain, µs/op (medians): total (time / N) and marginal "
+           f"(Δtime / ΔN); flatness = last marginal / first marginal from N={results['flat_from']}, of medians "
+           "(of minima), target ≤ 1.2", ""]
+    return out + _table(["contender"] + [f"N={n}" for n in sizes] + [f"Δ {k}" for k in segments] + ["flatness"],
+                        [[LABELS.get(n, n)] + [_fmt(per.get(k)) for k in sizes]
+                         + [_fmt(sc["marginal_us_per_op"][n].get(k)) for k in segments]
+                         + [f"{_target(sc['flatness'][n], 1.2)} ({_fmt(sc['flatness_of_minima'][n])})"]
+                         for n, per in sc["us_per_op"].items()])
+
+
+def render_scaling(results: Dict[str, Any]) -> str:
+    info = results["machine"]
+    head = (f"{info['cpu']}, {info['cpu_count']} CPUs, torch threads {info['torch_threads']}; commit "
+            f"{info['commit']}; {info['date']}; load average {info['load_average']} at start, "
+            f"{info['load_average_end']} at end; {results['elapsed_s']} s. {CLOCK_NAMES[results['clock']]}; "
+            "every size and contender in the same interleaved rounds.")
+    return "\n".join([head] + scaling_table(results)) + "\n"
 
 
 PROFILE_HEADING = "\n## Profile"
@@ -826,6 +888,11 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--memory", nargs="*", metavar="MODEL",
                         help="only the peak-memory rows (default models: "
                              f"{' '.join(MEMORY_MODELS)}; any chain-N)")
+    parser.add_argument("--scaling", nargs="*", type=int, metavar="N",
+                        help="only the chain's per-op cost and flatness, sizes and contenders interleaved "
+                             "(default sizes 1000 10000 100000; --rounds sets the rounds)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rounds of the chains timed together (default 5, 3 with --quick)")
     parser.add_argument("--profile", nargs="*", metavar="MODEL",
                         help="differential cProfile of specfx.trace against its baselines instead of "
                              "benchmarking (default models: res-norm-200 mlp-seq-100)")
@@ -839,6 +906,13 @@ def main(argv: Sequence[str]) -> int:
         print("\n".join(memory_table(memory_only(args.memory or MEMORY_MODELS))))
         return 0
     settings = settings_for(args.quick, args.slow, args.peers_max_ops, args.clock)
+    if args.rounds is not None:
+        settings = dataclasses.replace(settings, long_chain_rounds=args.rounds)
+    if args.scaling is not None:
+        settings = dataclasses.replace(settings, chain_sizes=tuple(sorted(args.scaling or (1000, 10000, 100000))))
+        results = run_scaling(settings, log=lambda message: print(message, file=sys.stderr, flush=True))
+        print(json.dumps(results, indent=2) if args.json else render_scaling(results))
+        return 0
     if args.zoo:
         print(zoo_trace_times(settings, log=lambda message: print(message, file=sys.stderr, flush=True)))
         return 0
