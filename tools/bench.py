@@ -403,20 +403,21 @@ def run(settings: Settings, log: Callable[[str], None]) -> Dict[str, Any]:
     # The chains whose marginals give the flatness are timed together (see measure_jointly).
     joint = [c for c in cases if c.ops is not None and c.ops >= settings.flat_from]
     joint_timings: Dict[str, Dict[str, Timing]] = {}
+
+    def contenders_for(case: Case) -> List[str]:
+        return [n for n in CONTENDERS if case.ops is None or case.ops <= settings.peers_max_ops or n not in PEERS]
+
     for case in cases:
         nodes = len(checked_trace(case).graph.nodes)
-        names = [n for n in CONTENDERS if case.ops is None or case.ops <= settings.peers_max_ops
-                 or n not in PEERS]
         if case in joint:
             if not joint_timings:
                 log(f"{', '.join(c.name for c in joint)}: timing in the same rounds ...")
-                joint_timings = measure_jointly(joint, lambda c: [n for n in CONTENDERS if n not in PEERS or
-                                                                  (c.ops or 0) <= settings.peers_max_ops], settings)
+                joint_timings = measure_jointly(joint, contenders_for, settings)
             log(f"{case.name}: {nodes} nodes")
             timings = joint_timings[case.name]
         else:
-            log(f"{case.name}: {nodes} nodes, timing {len(names)} contenders ...")
-            timings = measure(contender_calls(case, names), settings, settings.budget_s)
+            log(f"{case.name}: {nodes} nodes, timing {len(contenders_for(case))} contenders ...")
+            timings = measure(contender_calls(case, contenders_for(case)), settings, settings.budget_s)
         results["cases"][case.name] = {
             "description": case.description, "ops": case.ops,
             "nodes": nodes, "timings": {n: t.summary() for n, t in timings.items()}}

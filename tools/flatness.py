@@ -162,7 +162,8 @@ def _instructions_inside(directory: Path, sizes: Sequence[int], contenders: Sequ
     helper = ctypes.CDLL(str(library))
     calls = _calls(sizes, contenders)
     for (size, name), call in calls.items():
-        call()  # warm-up (one-time costs); the measured trace follows at once, with the same heap
+        if size == sizes[0]:
+            call()  # warm-up: one-time costs (imports, caches) are not per-op costs
         gc.collect()
         dump = functools.partial(_dump, helper, f"{size}|{name}")
         with Phases(dump).installed():
