@@ -110,7 +110,8 @@ class DeferredValues:
     def _pure_module(self, leaf: torch.nn.Module) -> bool:
         known = self._modules.get(id(leaf))
         if known is None:
-            pure = all(is_torch_module(m) and not m._forward_hooks and not m._forward_pre_hooks
-                       for m in (leaf.modules() if leaf._modules else (leaf,)))
+            pure = (is_torch_module(leaf) and not leaf._forward_hooks and not leaf._forward_pre_hooks) if (
+                not leaf._modules) else all(is_torch_module(m) and not m._forward_hooks and not m._forward_pre_hooks
+                                            for m in leaf.modules())
             known = self._modules[id(leaf)] = (leaf, pure)  # (the module is kept: its id stays its own)
         return known[1]

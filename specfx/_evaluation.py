@@ -18,7 +18,6 @@ from torch.fx.node import map_aggregate
 from torch.fx.proxy import Proxy
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _patches
 from ._values import MISSING, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, state_of, value_of
 
 try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch version lacks it
@@ -28,7 +27,7 @@ except ImportError:  # pragma: no cover - depends on the torch version
 
 __all__ = ["INPLACE_FUNCTIONS", "PrivateDraws", "StateView", "Unevaluable", "callable_from_torch", "concrete_values",
            "is_random_name", "is_torch_module",
-           "module_may_draw", "provenance", "proxies_in", "run_op", "tensor_meta"]
+           "module_may_draw", "provenance", "proxies_in", "run_op", "tensor_meta", "tensor_metadata"]
 
 
 class Unevaluable(BaseException):
@@ -83,8 +82,9 @@ def run_op(
 ) -> Any:
     """Run one node's op eagerly, on the trace's private copies of whatever of the
     model's state it may write to (``state``): the user's tensors are never written.
+    (The caller turns torch.fx's "is tracing" answer off around it: code run for its value
+    inside a trace asks "am I traced?" and must take its eager path.)
     ``leaf`` is the module a ``call_module`` node calls (default: found by name)."""
-    fx_flag = _patches.fx_tracing_off()  # leaves that ask "am I traced?" run as in eager
     try:
         if kind == "get_attr":
             owner, _, name = target.rpartition(".")
@@ -120,8 +120,6 @@ def run_op(
         if hasattr(error, "add_note"):  # Python >= 3.11
             error.add_note(f"(raised while specfx computed the example value of a `{_describe_target(target)}` call)")
         raise
-    finally:
-        _patches.restore_fx_tracing(fx_flag)
 
 
 # -- random draws ---------------------------------------------------------------------------
@@ -309,10 +307,10 @@ def _describe_target(target: Any) -> str:
 def tensor_meta(value: Any) -> Any:
     """``node.meta["tensor_meta"]`` for a tensor or a list/tuple of tensors (as ShapeProp stores it)."""
     if isinstance(value, torch.Tensor):
-        return _metadata(value)
+        return tensor_metadata(value)
     if isinstance(value, (tuple, list)) and value and all(isinstance(v, torch.Tensor) for v in value):
         container = type(value) if type(value) in (tuple, list) else tuple  # namedtuples: plain tuple
-        return container(_metadata(v) for v in value)
+        return container(tensor_metadata(v) for v in value)
     return None
 
 
@@ -321,7 +319,8 @@ def tensor_meta(value: Any) -> Any:
 _METADATA_CACHE: Dict[Tuple[Any, ...], Any] = {}
 
 
-def _metadata(tensor: torch.Tensor) -> Any:
+def tensor_metadata(tensor: torch.Tensor) -> Any:
+    """``node.meta["tensor_meta"]`` for one tensor."""
     if _extract_tensor_metadata is None:  # pragma: no cover - depends on the torch version
         return {"shape": tensor.shape, "dtype": tensor.dtype}
     if tensor.layout is not torch.strided or tensor.is_quantized:

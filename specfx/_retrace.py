@@ -117,8 +117,15 @@ def _needs_recording(node: torch.fx.Node, untraced: Set[torch.fx.Node]) -> Optio
     (a global-state call such as ``_set_grad_enabled`` keeps torch.fx's behaviour):
     those whose traced inputs are all non-tensors (sizes, slice bounds, scalars) and
     which torch does not hand to ``__torch_function__`` (see :func:`_fails_in_stock_trace`)."""
-    proxied = [n for n in node.all_input_nodes if n not in untraced]
-    if not proxied or any(_may_be_tensor(n) for n in proxied) or "tensor_meta" not in node.meta:
+    if "tensor_meta" not in node.meta:
+        return None
+    proxied = False
+    for n in node.all_input_nodes:  # (most calls take a tensor: the first one ends the check)
+        if n not in untraced:
+            if _may_be_tensor(n):
+                return None
+            proxied = True
+    if not proxied:
         return None
     subject = node.args[0] if node.args else None
     if node.op == "call_method":
@@ -198,7 +205,7 @@ def retraceable(gm: torch.fx.GraphModule) -> None:
             node.op, node.target = "call_function", rewritten[0]
             node.args = rewritten[1]
             changed = True
-        elif (node.op in ("call_function", "call_method") and node.all_input_nodes
+        elif (untraced and node.op in ("call_function", "call_method") and node.all_input_nodes
               and all(n in untraced for n in node.all_input_nodes)):
             untraced.add(node)  # computed from buffers alone: a stock tracer runs it for real
     if changed:

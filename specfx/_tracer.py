@@ -36,7 +36,7 @@ from ._bytecode import TypeCheck, type_checks
 from ._decisions import Decider, Decision, Specialization
 from ._deferred import DeferredValues
 from ._demands import ValueDemands
-from ._evaluation import StateView, Unevaluable, concrete_values, provenance, run_op, tensor_meta
+from ._evaluation import StateView, Unevaluable, concrete_values, provenance, run_op, tensor_meta, tensor_metadata
 from ._factories import check_generator, record_factories
 from ._held import reading_held_tensors
 from ._policy import Layer, Policy, Specialize
@@ -153,6 +153,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self.decisions = Decider(self, guards)
         self.state: StateView = NO_STATE  # the trace's private copies of the model's tensors
         self._module_path: list[str] = []
+        self._leaf_answer: Tuple[Any, str, bool] = (None, "", False)  # (module, name, is_leaf_module's answer)
+        self._has_scopes = bool(self.policy.scopes)
         self._entered: Optional[Tuple[str, torch.nn.Module]] = None  # the module call_module saw last
         self._evaluating = 0
         # values computed when first read (set by specfx.trace; see _deferred.py)
@@ -247,6 +249,9 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         """Called for each submodule call: leaf modules become ``call_module`` nodes
         (``leaf_modules`` types or qualified names, plus torch.fx's defaults, except
         the ``trace_through`` types or names, whose forward is traced into)."""
+        answer = self._leaf_answer
+        if answer[0] is m and answer[1] == module_qualified_name:
+            return answer[2]
         if self._leaf_types and isinstance(m, self._leaf_types):
             return True
         if module_qualified_name in self._leaf_names:
@@ -262,14 +267,16 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
     ) -> Any:
         """Called for each submodule call: pushes the ``scopes`` policy that
         matches the submodule's qualified name while it is traced."""
-        if not self._is_tracing():
+        if self._evaluating or _ACTIVE_TRACER.get() is not self:  # (not tracing: _is_tracing, inlined)
             return forward(*args, **kwargs)
         qualname = self.path_of_module(m)
-        if not self.is_leaf_module(m, qualname):  # its code may call @torch.jit.script functions
+        leaf = self.is_leaf_module(m, qualname)
+        self._leaf_answer = (m, qualname, leaf)  # torch.fx's call_module asks again, right away
+        if not leaf:  # its code may call @torch.jit.script functions
             self._scripted.cover(getattr(type(m), "forward", None))  # (a ScriptModule class raises)
             if self.examples is not None:
                 self._check_types_at_entry(forward, args, kwargs)
-        match = self._scope_of(m, qualname)
+        match = self._scope_of(m, qualname) if self._has_scopes else None
         token = (
             push_layer(Layer(match[1], f"scopes[{match[0]!r}] (module {qualname})")) if match else None
         )
@@ -421,11 +428,20 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         computed when first read (_deferred.py)."""
         if self._evaluating:
             raise Unevaluable()
+        if self.examples is None and kind != "get_attr" and kind != "placeholder":
+            # without examples nothing runs, as in torch.fx (_evaluate's answer, without the call)
+            proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
+            if type(proxy) is ValueProxy:
+                self._attach(proxy, kind, target, args, kwargs, MISSING)
+            return proxy
         if self.defer_values and kind in _CALL_KINDS and proxy_factory_fn is None:
-            leaf = self._submodule(target) if kind == "call_module" else None
+            leaf = None
+            if kind == "call_module":
+                entered = self._entered
+                leaf = entered[1] if entered is not None and entered[0] == target else self._submodule(target)
             if self._deferred.deferrable(kind, target, args, leaf):
                 proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr)
-                self._deferred.add(cast(ValueProxy, proxy), kind, target, args, kwargs, leaf)
+                self._deferred.add(proxy, kind, target, args, kwargs, leaf)  # type: ignore[arg-type]  # ours
                 self._protect(proxy)
                 return proxy
         if self._deferred.pending:
@@ -447,7 +463,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         proxy.__dict__["_specfx"] = ProxyState(value, from_shapes, degenerate, mapping)
         if value is MISSING:
             return
-        meta = tensor_meta(value)
+        meta = tensor_metadata(value) if type(value) is torch.Tensor else tensor_meta(value)
         if meta is not None:
             proxy.node.meta["tensor_meta"] = meta
         proxy.node.meta["type"] = type(value)
@@ -477,20 +493,32 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         # the batch, every activation of a forward was alive at once: ResNet-50 +35 % peak memory).
         pending.reverse()
         mode_now = mode = torch._C.is_grad_enabled()
+        root, state = self.root, self.state
+        translate = state.translate
+        self._evaluating += 1  # one switch for the batch: leaves that ask "am I traced?" run as in eager
+        fx_flag = _patches.fx_tracing_off()
         try:
             while pending:
                 proxy, kind, target, args, kwargs, leaf, grad = pending.pop()
                 if grad is not mode:
                     _set_grad_mode(grad)
                     mode = grad
-                try:
-                    value = self._evaluate(kind, target, args, kwargs, leaf)
-                except Exception as error:
-                    self._deferred.fail(f"{_describe_call(kind, target)} raised {error!r}", error)
-                if value is None and kind == "call_module":  # the code got a proxy, not the None of eager
-                    self._deferred.fail(f"{_describe_call(kind, target)} returned None")
+                values = concrete_values(args, kwargs, translate if state.translating else None)
+                if values is None:
+                    value = MISSING
+                else:
+                    try:
+                        value = run_op(root, kind, target, values[0], values[1], state, leaf)
+                    except Unevaluable:
+                        value = MISSING
+                    except Exception as error:
+                        self._deferred.fail(f"{_describe_call(kind, target)} raised {error!r}", error)
+                    if value is None and kind == "call_module":  # the code got a proxy, not eager's None
+                        self._deferred.fail(f"{_describe_call(kind, target)} returned None")
                 self._attach(proxy, kind, target, args, kwargs, value)
         finally:
+            _patches.restore_fx_tracing(fx_flag)
+            self._evaluating -= 1
             if mode is not mode_now:
                 _set_grad_mode(mode_now)
 
@@ -512,6 +540,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         if values is None:
             return MISSING
         self._evaluating += 1
+        fx_flag = _patches.fx_tracing_off()  # leaves that ask "am I traced?" run as in eager
         try:
             if kind == "call_module" and leaf is None:
                 leaf = self._submodule(target)
@@ -524,6 +553,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             self._failed_ops.append((error, _describe_call(kind, target), user_location()))
             raise
         finally:
+            _patches.restore_fx_tracing(fx_flag)
             self._evaluating -= 1
 
     def _frame_with_type_checks(self, frame: types.FrameType) -> None:
