@@ -18,12 +18,14 @@ pay nothing (the mode is not entered).
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from ._state import module_tree
 from ._values import ValueProxy
 
 if TYPE_CHECKING:
@@ -41,10 +43,12 @@ def held_tensors(root: Any) -> Dict[int, Tuple[torch.Tensor, Optional[str]]]:
     if not isinstance(root, torch.nn.Module):
         return {}
     held: Dict[int, Tuple[torch.Tensor, Optional[str]]] = {}
-    for prefix, module in root.named_modules():
-        for key, value in module.__dict__.items():
-            if key in _MODULE_TABLES:  # parameters and buffers: read through torch.fx's getattr hook
-                continue
+    for prefix, module in module_tree(root):
+        attributes = module.__dict__
+        # (nn.Module's own entries: its tables of parameters, buffers and submodules, read
+        # through torch.fx's getattr hook, its hooks and flags; skipped in C)
+        for key in itertools.filterfalse(_MODULE_ENTRIES.__contains__, attributes):
+            value = attributes[key]
             if type(value) is torch.Tensor:
                 held.setdefault(id(value), (value, f"{prefix}.{key}" if prefix else key))
             elif type(value) in _CONTAINERS:
@@ -54,8 +58,7 @@ def held_tensors(root: Any) -> Dict[int, Tuple[torch.Tensor, Optional[str]]]:
 
 
 _CONTAINERS = (list, tuple, dict)
-# nn.Module's own dicts of parameters, buffers and submodules: not attributes the code holds
-_MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
+_MODULE_ENTRIES = frozenset(torch.nn.Module().__dict__)
 
 
 def _tensors_in(container: Any, depth: int) -> Iterator[torch.Tensor]:

@@ -45,7 +45,8 @@ import torch.fx
 
 from ._evaluation import INPLACE_FUNCTIONS, PrivateDraws, is_torch_module, module_may_draw
 
-__all__ = ["NO_STATE", "PrivateGenerators", "StateKeeper", "TraceState", "clone_example", "preserved_state", "restore_contents"]
+__all__ = ["NO_STATE", "PrivateGenerators", "StateKeeper", "TraceState", "clone_example", "module_tree",
+           "preserved_state", "restore_contents"]
 
 
 # -- example inputs --------------------------------------------------------------------------
@@ -306,7 +307,17 @@ class TraceState:
         draws = self._draws.get(id(module))
         if draws is None:
             draws = self._draws[id(module)] = module_may_draw(module)
-        return self.module(module, copy_parameters=not is_torch_module(module)), draws
+        torch_owned = is_torch_module(module)
+        shadow = self.module(module, copy_parameters=not torch_owned)
+        if torch_owned and module._parameters and not module._modules:
+            # Its parameters as plain attributes of a clone: `self.weight` in its forward then
+            # finds them without nn.Module.__getattr__, which torch.fx patches while tracing
+            # (three Python calls per read). torch's modules do not rebind their parameters.
+            if shadow is module:
+                shadow = object.__new__(type(module))
+                shadow.__dict__.update(module.__dict__)
+            shadow.__dict__.update(shadow._parameters)
+        return shadow, draws
 
     def module(self, module: torch.nn.Module, *, copy_parameters: bool) -> torch.nn.Module:
         """The module a leaf call runs: a shallow clone (recursively) whose buffers that the
@@ -420,30 +431,54 @@ class StateKeeper:
         self._cuda_rng = torch.cuda.get_rng_state_all() if cuda else None
         # Each module's attributes and its parameter/buffer/submodule tables, shallowly:
         # code that assigns `self.cache = x` or `self.count = self.count + 1` while traced
-        # would otherwise leave proxies (or new tensors) on the user's model.
-        self._tables: List[Tuple[str, torch.nn.Module, _Saved, _Saved, _Saved, _Saved]] = []
+        # would otherwise leave proxies (or new tensors) on the user's model. `_live` holds
+        # the __dict__ of every module, then their parameter, buffer and submodule tables;
+        # `_values` all their values in one tuple, `_layouts` each table's keys (one tuple shared
+        # by the tables with the same keys: no dict copy per table, which was most of the memory
+        # a trace held besides the graph on models of many small modules).
+        self._plain: List[Tuple[str, torch.nn.Module]] = []  # the modules whose tables are kept, named
+        self._live: List[Dict[str, Any]] = []
+        self._layouts: List[Tuple[str, ...]] = []
+        self._values: Tuple[Any, ...] = ()
+        self._param_state: Tuple[List[bool], List[Any], List[int]] = ([], [], [])
         self._containers: List[Tuple[str, Any, Any]] = []  # (name, the user's container, its contents)
         self._generators: List[Tuple[torch.Generator, torch.Tensor]] = []
-        self._params: List[Tuple[str, str, torch.nn.Parameter, bool, Any, int]] = []  # (module, name, ...)
+        # (module name, key, parameter), named only when reported; _param_state: their
+        # (requires_grad, grad, _version)
+        self._params: List[Tuple[str, str, torch.nn.Parameter]] = []
         self.assigned: List[str] = []  # "module.attr" names forward bound to traced values
         self.changed: List[str] = []  # Python state forward changed that the graph does not change
         if self._module is None:
             return
         seen: set = set()
-        parameters: set = set()  # ids (a tensor's __hash__ is Python code)
-        keys: Dict[Tuple[str, ...], Tuple[str, ...]] = {}  # one tuple per distinct table layout
-        for name, m in self._module.named_modules():
-            # the parameters in named_parameters()'s order, without walking the modules again
-            for key, param in m._parameters.items():
-                if param is not None and id(param) not in parameters:
-                    parameters.add(id(param))
-                    self._params.append((name, key, param, param.requires_grad, param.grad, param._version))
-            if isinstance(m, torch.jit.ScriptModule):  # C++-backed tables; Python code cannot rebind them
-                continue
-            self._tables.append((name, m, _saved(m.__dict__, keys), _saved(m._parameters, keys),
-                                 _saved(m._buffers, keys), _saved(m._modules, keys)))
-            for key in itertools.filterfalse(_TABLES.__contains__, m.__dict__):  # (in C: most keys are tables)
-                value = m.__dict__[key]
+        tree = module_tree(self._module)
+        # The tables of every module, copied shallowly in C (a Python loop over hundreds of
+        # modules, twice per trace, was the largest part of specfx's cost without examples).
+        # ScriptModules' tables are C++-backed (asked per class: isinstance against its metaclass is slow)
+        scripted = {kind for kind in set(map(type, map(operator.itemgetter(1), tree)))
+                    if issubclass(kind, torch.jit.ScriptModule)}
+        script = [type(m) in scripted for _, m in tree] if scripted else [False] * len(tree)
+        plain = list(itertools.compress(tree, map(operator.not_, script))) if scripted else tree
+        attributes = [m.__dict__ for _, m in plain]
+        tables = [*attributes, *map(_PARAMETERS, attributes), *map(_BUFFERS, attributes), *map(_CHILDREN, attributes)]
+        self._plain = plain
+        self._live = tables
+        self._values = tuple(itertools.chain.from_iterable(map(dict.values, tables)))
+        shared: Dict[Tuple[str, ...], Tuple[str, ...]] = {}
+        self._layouts = list(map(shared.setdefault, *itertools.tee(map(tuple, tables))))  # one per distinct layout
+        # the parameters in named_parameters()'s order (shared ones once), with their autograd state
+        params: Dict[int, Tuple[str, str, torch.nn.Parameter]] = {}
+        for (name, m), is_script in zip(tree, script):
+            own = m._parameters if is_script else m.__dict__["_parameters"]
+            if own:
+                for key, param in own.items():
+                    if param is not None and id(param) not in params:
+                        params[id(param)] = (name, key, param)
+        self._params = list(params.values())
+        self._param_state = _parameter_state([p for _, _, p in self._params])
+        for (name, _), table in zip(plain, attributes):
+            for key in itertools.filterfalse(_TABLES.__contains__, table):  # (in C: most keys are tables)
+                value = table[key]
                 # (most attributes are sizes and flags: isinstance(x, torch.Generator) runs Python code)
                 if type(value) in _MUTABLE or (retry and type(value) not in _PLAIN_ATTRIBUTES
                                                and isinstance(value, torch.Generator)):
@@ -462,6 +497,18 @@ class StateKeeper:
         items = value.values() if isinstance(value, dict) else value
         for item in list(items):
             self._remember(name + "[...]", item, seen, depth - 1)
+
+    def _restore_tables(self) -> None:
+        """Put back every table that changed (``assigned``: the attributes bound to traced values)."""
+        count, start = len(self._plain), 0
+        for index, (table, keys) in enumerate(zip(self._live, self._layouts)):
+            name = self._plain[index % count][0]
+            saved = dict(zip(keys, self._values[start:start + len(keys)]))
+            start += len(keys)
+            for key, value in _restore_table(table, saved):
+                qualified = f"{name}.{key}" if name else key
+                if not _updates_in_place(value, qualified):
+                    self.assigned.append(qualified)
 
     @property
     def protect(self) -> Any:  # the tracer's hook before a write (kept for callers of the old name)
@@ -482,20 +529,24 @@ class StateKeeper:
         for generator, state in self._generators:
             if not torch.equal(generator.get_state(), state):
                 generator.set_state(state)
-        for name, module, attributes, parameters, buffers, children in self._tables:
-            for live, saved in ((module.__dict__, attributes), (module._parameters, parameters),
-                                (module._buffers, buffers), (module._modules, children)):
-                if not live and not saved[0]:  # (a leaf's submodules, most buffer tables)
-                    continue
-                for key, value in _restore_table(live, *saved):
-                    qualified = f"{name}.{key}" if name else key
-                    if not _updates_in_place(value, qualified):
-                        self.assigned.append(qualified)
+        live = self._live
+        # (nothing changed, the common case: every value of every table the same object, told in C)
+        if not (len(self._values) == sum(map(len, live))
+                and all(map(operator.is_, itertools.chain.from_iterable(map(dict.values, live)), self._values))
+                and list(map(tuple, live)) == self._layouts):
+            self._restore_tables()
         for name, container, contents in self._containers:
             if restore_contents(container, contents):
                 self.changed.append(name)
         lost = []
-        for module_name, key, param, requires_grad, grad, version in self._params:
+        now = _parameter_state([p for _, _, p in self._params])
+        before = self._param_state
+        unchanged = (now[0] == before[0] and all(map(operator.is_, now[1], before[1]))
+                     and (self._retry or now[2] == before[2]))
+        for (module_name, key, param), requires_grad, grad, version in (
+                () if unchanged else zip(self._params, *before)):
+            if param.requires_grad is requires_grad and param.grad is grad and (param._version == version or self._retry):
+                continue
             name = f"{module_name}.{key}" if module_name else key
             if param.requires_grad != requires_grad:
                 param.requires_grad_(requires_grad)
@@ -515,6 +566,19 @@ class StateKeeper:
 
 
 _ABSENT = object()
+_PARAMETERS = operator.itemgetter("_parameters")
+_BUFFERS = operator.itemgetter("_buffers")
+_CHILDREN = operator.itemgetter("_modules")
+
+
+def _parameter_state(params: List[torch.nn.Parameter]) -> Tuple[List[bool], List[Any], List[int]]:
+    """The parameters' ``requires_grad`` flags, ``grad`` tensors and versions (read in C)."""
+    return (list(map(_REQUIRES_GRAD, params)), list(map(_GRAD, params)), list(map(_VERSION, params)))
+
+
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
+_GRAD = operator.attrgetter("grad")
+_VERSION = operator.attrgetter("_version")
 # nn.Module's own tables (parameters, buffers, submodules, hook dicts...): restored by identity
 # as tables or left to torch; containers the user's code keeps are the rest.
 _TABLES = frozenset(torch.nn.Module().__dict__)
@@ -522,6 +586,30 @@ _MUTABLE = (list, dict, set, collections.OrderedDict)
 # Attribute types that are neither containers nor generators (sizes, flags, names, tensors).
 _PLAIN_ATTRIBUTES = frozenset({int, float, bool, str, bytes, complex, tuple, type(None), torch.dtype, torch.device,
                                torch.Size, torch.Tensor, torch.nn.Parameter})
+
+
+def module_tree(root: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
+    """``root.named_modules()`` as a list (each module once, in the same order), walked
+    in one frame: named_modules' recursive generators cost a resumed frame per module and
+    level, for every module of the model, several times per trace."""
+    found: List[Tuple[str, torch.nn.Module]] = []
+    seen: set = set()
+    stack = [("", root)]
+    while stack:
+        name, module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        found.append((name, module))
+        children = module.__dict__.get("_modules")
+        if children is None:  # (a ScriptModule's table is a C++ view)
+            children = module._modules
+        if children:
+            prefix = name + "." if name else ""
+            for key, child in reversed(children.items()):
+                if child is not None:
+                    stack.append((prefix + key, child))
+    return found
 
 
 def restore_contents(container: Any, contents: Any) -> bool:
@@ -554,28 +642,13 @@ def _updates_in_place(value: Any, qualified: str) -> bool:
             and (node.target in INPLACE_FUNCTIONS or (isinstance(node.target, str) and node.target.endswith("_"))))
 
 
-# A module table as it was: its keys (one tuple shared by the tables with the same keys) and
-# values. Most of the memory a trace holds besides the graph on models of many small modules
-# was a dict copy of each table (800 bytes a module); this is a third of it.
-_Saved = Tuple[Tuple[str, ...], Tuple[Any, ...]]
-_EMPTY: _Saved = ((), ())
-
-
-def _saved(table: Dict[str, Any], keys: Dict[Tuple[str, ...], Tuple[str, ...]]) -> _Saved:
-    if not table:
-        return _EMPTY
-    layout = tuple(table)
-    return keys.setdefault(layout, layout), tuple(table.values())
-
-
-def _restore_table(live: Dict[str, Any], keys: Tuple[str, ...], values: Tuple[Any, ...]) -> List[Tuple[str, Any]]:
-    """Make ``live`` hold exactly the objects it held when saved (``keys`` bound to
-    ``values``, by identity); return the (key, proxy) pairs that had been bound to traced values."""
+def _restore_table(live: Dict[str, Any], saved: Dict[str, Any]) -> List[Tuple[str, Any]]:
+    """Make ``live`` hold exactly the objects ``saved`` held (by identity); return
+    the (key, proxy) pairs that had been bound to traced values."""
     # Unchanged (the common case, four tables per module): the same keys in the same order
     # bound to the same objects, compared in C; a reordered table takes the slow path below.
-    if tuple(live) == keys and all(map(operator.is_, live.values(), values)):
+    if list(live) == list(saved) and all(map(operator.is_, live.values(), saved.values())):
         return []
-    saved = dict(zip(keys, values))
     traced = [(k, v) for k, v in live.items() if isinstance(v, torch.fx.Proxy) and saved.get(k) is not v]
     # Key by key, never clear(): other threads may be running this module meanwhile.
     for key in [k for k in live if k not in saved]:
