@@ -26,7 +26,7 @@ from ._bytecode import TypeCheck, clause_types, exception_handlers, has_exceptio
 from ._source import SourceLocation, is_internal_file
 from .errors import GuardError
 
-__all__ = ["ATTRIBUTE", "CAUGHT", "Caught", "protect_body", "protection", "raise_caught", "restore"]
+__all__ = ["ATTRIBUTE", "CAUGHT", "Caught", "Handlers", "joined", "protect_body", "protection", "raise_caught", "restore"]
 
 CAUGHT = "specfx_caught"  # node.meta key
 ATTRIBUTE = "_specfx_caught"  # GraphModule attribute: node name -> Caught, kept by pickling
@@ -131,6 +131,13 @@ def protection(stop: Optional[types.FrameType],
                     found.append((clause_types(clause, frame) if clause else None, line))
         frame = frame.f_back
     return tuple(found) if found else None
+
+
+def joined(inner: Optional[Handlers], outer: Optional[Handlers]) -> Optional[Handlers]:
+    """The handlers of two stretches of frames, the inner one's first."""
+    if inner is None or outer is None:
+        return inner if outer is None else outer
+    return inner + outer
 
 
 def target_name(node: torch.fx.Node) -> str:

@@ -172,6 +172,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._scripted = ScriptedFunctions(self._is_tracing)
         self._output: Any = None
         self._trace_frame: Optional[types.FrameType] = None
+        # (the frame of the innermost module call being traced, the try blocks' handlers above it)
+        self._boundary: Tuple[Optional[types.FrameType], Optional[_caught.Handlers]] = (None, None)
         # frames that compare type(x), checked again when they return (_check_returned_frames)
         self._watched_frames: Dict[int, types.FrameType] = {}
 
@@ -282,6 +284,13 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         )
         self._module_path.append(qualname)
         self._entered = (qualname, m)  # a leaf's value is computed with m itself, not found by name
+        boundary = self._boundary
+        if not leaf and self.examples is not None:
+            # The frames from here up stay as they are while m's forward runs: walked once for
+            # its ops' try blocks (and type() checks), down to the enclosing module's boundary.
+            here = sys._getframe()
+            self._boundary = (here, _caught.joined(
+                _caught.protection(boundary[0] or self._trace_frame, self._frame_with_type_checks), boundary[1]))
         try:
             result = super().call_module(m, forward, args, kwargs)
             if self._watched_frames:
@@ -291,6 +300,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                 return self._none(result)  # a leaf that returned None (no mask, no cache), as in eager
             return result
         finally:
+            self._boundary = boundary
             self._module_path.pop()
             if token is not None:
                 reset_layers(token)
@@ -469,7 +479,9 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         proxy.node.meta["type"] = type(value)
 
     def _protect(self, proxy: Proxy) -> None:
-        handlers = _caught.protection(self._trace_frame, self._frame_with_type_checks)
+        frame, outer = self._boundary  # the frames above it were walked when its module was entered
+        handlers = _caught.joined(_caught.protection(frame or self._trace_frame, self._frame_with_type_checks),
+                                  outer)
         if handlers is not None:  # the model code would catch what this op may raise
             proxy.node.meta[_caught.CAUGHT] = _caught.Caught(
                 handlers, self.describe(proxy), _where(user_location()), _caught.target_name(proxy.node))

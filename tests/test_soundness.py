@@ -304,6 +304,44 @@ class TestOpsTracedInsideTryBlocks:  # class 6, the op worked on the example
         with pytest.raises(GuardError, match="torch.matmul"):
             gm(torch.randn(2, 3), torch.randn(2, 3))
 
+    def test_try_blocks_two_modules_up_cover_the_ops_below_in_order(self):
+        """Handlers are found across nested modules (the frames above each module call are
+        walked once, when it is entered): the innermost handler that catches the error is named."""
+
+        class Inner(nn.Module):
+            def forward(self, x, y):
+                return torch.matmul(x, y) * 2
+
+        class Middle(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = Inner()
+
+            def forward(self, x, y):
+                try:
+                    return self.inner(x, y) + 1
+                except KeyError:  # does not catch a shape error
+                    return x
+
+        class Outer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.middle = Middle()
+
+            def forward(self, x, y):
+                try:
+                    return self.middle(x, y)
+                except RuntimeError:
+                    return x.sum()
+
+        model = Outer()
+        gm = specfx.trace(model, (torch.randn(2, 3), torch.randn(3, 2)))
+        assert same_or_guard(gm, model, torch.randn(4, 3), torch.randn(3, 1)) == "equal"
+        with pytest.raises(GuardError) as caught:
+            gm(torch.randn(2, 3), torch.randn(2, 3))
+        handler_line = Outer.forward.__code__.co_firstlineno + 3
+        assert f"test_soundness.py:{handler_line}" in str(caught.value) and "torch.matmul" in str(caught.value)
+
     def test_a_try_block_around_the_trace_call_is_not_the_models(self):
         def f(x, y):
             return x @ y
