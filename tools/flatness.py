@@ -11,7 +11,7 @@ is taken out of the outer one): ``Tracer.trace`` proper, the state snapshot and 
 ``StructuredCodeGen`` included), ``compile()`` and ``exec`` of the generated source
 (``_exec_with_source``), the rest of the ``GraphModule`` construction, specfx's post-passes
 (``retraceable``, ``attach``), the garbage collector's young (generation 0 and 1) and full
-collections (``gc.callbacks``), and the rest. Per phase: the marginal µs (or instructions)
+collections (``gc.callbacks``; in CPU time only), and the rest. Per phase: the marginal µs (or instructions)
 per op between successive sizes, and its flatness (last marginal / first).
 
 CPU time: process CPU time, rounds interleaved over sizes and contenders in rotated order,
@@ -50,8 +50,9 @@ class Phases:
     """Exclusive cost per phase: ``charge`` is called at every phase change with the
     phase that ran until now (a CPU-time clock, or a callgrind dump)."""
 
-    def __init__(self, charge: Callable[[str], None]) -> None:
+    def __init__(self, charge: Callable[[str], None], collections: bool = True) -> None:
         self.charge = charge
+        self.collections = collections  # the collector's work as phases of its own
         self.stack = ["rest"]
 
     def enter(self, phase: str) -> None:
@@ -85,11 +86,13 @@ class Phases:
         saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in points]
         for owner, name, phase in points:
             setattr(owner, name, self._timed(owner.__dict__[name], phase))
-        gc.callbacks.append(self._gc)
+        if self.collections:
+            gc.callbacks.append(self._gc)
         try:
             yield
         finally:
-            gc.callbacks.remove(self._gc)
+            if self.collections:
+                gc.callbacks.remove(self._gc)
             for owner, name, original in saved:
                 setattr(owner, name, original)
 
@@ -166,7 +169,8 @@ def _instructions_inside(directory: Path, sizes: Sequence[int], contenders: Sequ
             call()  # warm-up: one-time costs (imports, caches) are not per-op costs
         gc.collect()
         dump = functools.partial(_dump, helper, f"{size}|{name}")
-        with Phases(dump).installed():
+        # (a dump per collection would write thousands of files: GC stays in the phase it interrupts)
+        with Phases(dump, collections=False).installed():
             helper.specfx_cg_on()
             call()
             helper.specfx_cg_dump(f"{size}|{name}|rest".encode())
