@@ -451,7 +451,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                 leaf = entered[1] if entered is not None and entered[0] == target else self._submodule(target)
             if self._deferred.deferrable(kind, target, args, leaf):
                 proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr)
-                self._deferred.add(proxy, kind, target, args, kwargs, leaf)  # type: ignore[arg-type]  # ours
+                self._deferred.add(proxy, kind, target, args, kwargs, leaf)  # type: ignore[arg-type]  # (self.proxy's)
                 self._protect(proxy)
                 return proxy
         if self._deferred.pending:
@@ -534,8 +534,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             if mode is not mode_now:
                 _set_grad_mode(mode_now)
 
-    def _evaluate(self, kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any],
-                  leaf: Optional[torch.nn.Module] = None) -> Any:
+    def _evaluate(self, kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         if kind == "placeholder":
             if self.examples is None:
                 return MISSING
@@ -554,8 +553,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._evaluating += 1
         fx_flag = _patches.fx_tracing_off()  # leaves that ask "am I traced?" run as in eager
         try:
-            if kind == "call_module" and leaf is None:
-                leaf = self._submodule(target)
+            leaf = self._submodule(target) if kind == "call_module" else None
             return run_op(self.root, kind, target, values[0], values[1], self.state, leaf)
         except Unevaluable:
             return MISSING
