@@ -13,7 +13,8 @@ under. The values, and what they do to the trace's private copies of the model's
 (``_state.py``), are the same as if computed one by one.
 
 What is not deferred: code that may read Python state the traced code changes meanwhile
-(user-defined leaf modules, wrapped user functions, modules with hooks, tensor subclasses),
+(user-defined leaf modules, wrapped user functions, modules run with forward hooks of their
+own or global ones, tensor subclasses),
 and calls whose values specfx needs to build the graph. If a deferred op raises, the trace
 is run again with every value computed at once (:class:`DeferredFailure`), so that the error
 names the op's own line and model code that catches it behaves as it does in eager.
@@ -25,7 +26,7 @@ from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 import torch
 
-from ._evaluation import is_torch_module
+from ._evaluation import runs_only_torch_code
 from ._values import PENDING, ValueProxy
 
 __all__ = ["DeferredFailure", "DeferredValues", "Pending"]
@@ -110,8 +111,6 @@ class DeferredValues:
     def _pure_module(self, leaf: torch.nn.Module) -> bool:
         known = self._modules.get(id(leaf))
         if known is None:
-            pure = (is_torch_module(leaf) and not leaf._forward_hooks and not leaf._forward_pre_hooks) if (
-                not leaf._modules) else all(is_torch_module(m) and not m._forward_hooks and not m._forward_pre_hooks
-                                            for m in leaf.modules())
+            pure = runs_only_torch_code(leaf) if not leaf._modules else all(map(runs_only_torch_code, leaf.modules()))
             known = self._modules[id(leaf)] = (leaf, pure)  # (the module is kept: its id stays its own)
         return known[1]

@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - depends on the torch version
     _extract_tensor_metadata = None  # type: ignore[assignment]  # checked for None before use
 
 __all__ = ["INPLACE_FUNCTIONS", "PrivateDraws", "StateView", "Unevaluable", "callable_from_torch", "concrete_values",
-           "is_random_name", "is_torch_module",
+           "is_random_name", "is_torch_module", "runs_only_torch_code",
            "module_may_draw", "provenance", "proxies_in", "run_op", "tensor_meta", "tensor_metadata"]
 
 
@@ -145,6 +145,15 @@ def is_torch_module(module: torch.nn.Module) -> bool:
 @functools.lru_cache(maxsize=4096)  # asked for every leaf call: module names repeat
 def _is_torch_module_name(name: str) -> bool:
     return name.startswith(("torch.nn", "torch.ao.nn"))
+
+
+def runs_only_torch_code(module: torch.nn.Module) -> bool:
+    """Whether calling ``module`` (its own forward, not its submodules') runs only torch's
+    code: its class is torch's and no forward hook of its own or global one (user code) runs."""
+    if not is_torch_module(module) or module._forward_pre_hooks or module._forward_hooks:
+        return False
+    hooks = torch.nn.modules.module
+    return not (hooks._global_forward_pre_hooks or hooks._global_forward_hooks)
 
 
 def callable_from_torch(target: Any) -> bool:

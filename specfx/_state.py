@@ -43,7 +43,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 import torch.fx
 
-from ._evaluation import INPLACE_FUNCTIONS, PrivateDraws, is_torch_module, module_may_draw
+from ._evaluation import INPLACE_FUNCTIONS, PrivateDraws, is_torch_module, module_may_draw, runs_only_torch_code
 
 __all__ = ["NO_STATE", "PrivateGenerators", "StateKeeper", "TraceState", "clone_example", "module_tree",
            "preserved_state", "restore_contents"]
@@ -378,17 +378,11 @@ class TraceState:
 
 def _may_write_buffers(module: torch.nn.Module) -> bool:
     """Whether calling ``module`` (alone, not its submodules) may write its buffers: not when
-    torch's own module runs in eval mode (BatchNorm updates its statistics only in training)
-    without hooks, which are user code, and is not lazy (a lazy module fills its tensors in
-    on its first call)."""
-    return (module.training or not is_torch_module(module) or bool(module._forward_pre_hooks)
-            or bool(module._forward_hooks) or isinstance(module, torch.nn.modules.lazy.LazyModuleMixin)
-            or _global_hooks())
-
-
-def _global_hooks() -> bool:
-    hooks = torch.nn.modules.module
-    return bool(hooks._global_forward_pre_hooks or hooks._global_forward_hooks)
+    it runs only torch's code in eval mode (BatchNorm updates its statistics only in
+    training; hooks are user code) and is not lazy (a lazy module fills its tensors in on
+    its first call)."""
+    return (module.training or not runs_only_torch_code(module)
+            or isinstance(module, torch.nn.modules.lazy.LazyModuleMixin))
 
 
 class _NoState(TraceState):

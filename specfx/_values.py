@@ -84,7 +84,7 @@ def state_of(proxy: Any) -> ProxyState:
 
 def value_of(proxy: Any) -> Any:
     """The concrete value carried by ``proxy`` (``MISSING`` if it has none)."""
-    found = proxy.__dict__
+    found = proxy.__dict__  # (state_of's body, inlined: read for nearly every node)
     state = found.get("_specfx", _NO_STATE)
     if state is not _NO_STATE and (state is PENDING or found["tracer"].pending_values):
         state = found["tracer"].computed_state(proxy)

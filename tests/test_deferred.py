@@ -171,3 +171,31 @@ def test_a_user_leaf_runs_when_called():
     x = torch.ones(2)
     gm = specfx.trace(Model(), x, policy=Policy(bool=True), leaf_modules=[Scale])
     assert [s.value for s in gm.specializations] == [True]
+
+
+def test_a_torch_leaf_under_a_global_forward_hook_runs_when_called():
+    """A global forward hook is user code: it may read Python state forward changes after
+    the call, so the leaf's value is computed at the call (not in a later batch)."""
+    state = {"k": 1.0}
+
+    def scale(module, inputs, output):
+        return output * state["k"]
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = nn.ReLU()
+
+        def forward(self, x):
+            first = self.act(x)
+            state["k"] = 3.0
+            second = self.act(x)
+            state["k"] = 1.0
+            return x if first.sum() < second.sum() else -x
+
+    handle = torch.nn.modules.module.register_module_forward_hook(scale)
+    try:
+        gm = specfx.trace(Model(), torch.ones(2), policy=Policy(bool=True))
+    finally:
+        handle.remove()
+    assert [s.value for s in gm.specializations] == [True]
