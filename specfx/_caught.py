@@ -105,15 +105,17 @@ def _remember(code: types.CodeType) -> Tuple[types.CodeType, bool, Tuple[TypeChe
 
 
 def protection(stop: Optional[types.FrameType],
-               on_type_checks: Optional[Callable[[types.FrameType], None]] = None) -> Optional[Handlers]:
-    """The ``except`` handlers of the frames being traced (from the caller's up to, not
-    including, ``stop``) that an exception raised now would reach, innermost first; None
-    when there are none (``finally`` and ``with`` blocks re-raise and are passed through).
-    Frames whose code compares ``type(x)`` are handed to ``on_type_checks``. Called for every
-    op: one dict lookup per frame."""
+               on_type_checks: Optional[Callable[[types.FrameType], None]] = None,
+               start: Optional[types.FrameType] = None) -> Optional[Handlers]:
+    """The ``except`` handlers of the frames being traced (from ``start``, by default the
+    caller's, up to, not including, ``stop``) that an exception raised now would reach,
+    innermost first; None when there are none (``finally`` and ``with`` blocks re-raise and
+    are passed through). Frames whose code compares ``type(x)`` are handed to
+    ``on_type_checks``. Called for every op: one dict lookup per frame (and, on Python >= 3.11,
+    a frame object made for each frame not walked before: callers start above their own)."""
     found: List[Tuple[Optional[Tuple[type, ...]], str]] = []
     walked = _WALKED
-    frame: Optional[types.FrameType] = sys._getframe(1)
+    frame: Optional[types.FrameType] = sys._getframe(1) if start is None else start
     while frame is not None and frame is not stop:
         code = frame.f_code
         entry = walked.get(id(code))

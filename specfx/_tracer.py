@@ -174,6 +174,9 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._trace_frame: Optional[types.FrameType] = None
         # (the frame of the innermost module call being traced, the try blocks' handlers above it)
         self._boundary: Tuple[Optional[types.FrameType], Optional[_caught.Handlers]] = (None, None)
+        # while a leaf call is recorded: the frame that called call_module (the frames below it
+        # are torch.fx's and specfx's, not walked for try blocks)
+        self._leaf_caller: Optional[types.FrameType] = None
         # frames that compare type(x), checked again when they return (_check_returned_frames)
         self._watched_frames: Dict[int, types.FrameType] = {}
 
@@ -284,8 +287,10 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         )
         self._module_path.append(qualname)
         self._entered = (qualname, m)  # a leaf's value is computed with m itself, not found by name
-        boundary = self._boundary
-        if not leaf and self.examples is not None:
+        boundary, leaf_caller = self._boundary, self._leaf_caller
+        if leaf and self.examples is not None:
+            self._leaf_caller = sys._getframe(1)
+        elif self.examples is not None:
             # The frames from here up stay as they are while m's forward runs: walked once for
             # its ops' try blocks (and type() checks), down to the enclosing module's boundary.
             here = sys._getframe()
@@ -300,7 +305,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                 return self._none(result)  # a leaf that returned None (no mask, no cache), as in eager
             return result
         finally:
-            self._boundary = boundary
+            self._boundary, self._leaf_caller = boundary, leaf_caller
             self._module_path.pop()
             if token is not None:
                 reset_layers(token)
@@ -480,8 +485,13 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
 
     def _protect(self, proxy: Proxy) -> None:
         frame, outer = self._boundary  # the frames above it were walked when its module was entered
-        handlers = _caught.joined(_caught.protection(frame or self._trace_frame, self._frame_with_type_checks),
-                                  outer)
+        # Walked from the op's caller up: from the frame that called call_module for a leaf, else
+        # from the caller of create_proxy (on Python >= 3.11 each frame walked for the first time
+        # gets a frame object, and those of create_proxy and _protect are new for every op).
+        start = self._leaf_caller or sys._getframe(2)
+        self._leaf_caller = None
+        handlers = _caught.joined(
+            _caught.protection(frame or self._trace_frame, self._frame_with_type_checks, start), outer)
         if handlers is not None:  # the model code would catch what this op may raise
             proxy.node.meta[_caught.CAUGHT] = _caught.Caught(
                 handlers, self.describe(proxy), _where(user_location()), _caught.target_name(proxy.node))
