@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -34,17 +34,20 @@ if TYPE_CHECKING:
 __all__ = ["held_tensors", "reading_held_tensors"]
 
 
-def held_tensors(root: Any) -> Dict[int, Tuple[torch.Tensor, Optional[str]]]:
+def held_tensors(root: Any, holders: Optional[Sequence[Tuple[str, Dict[str, Any]]]] = None
+                 ) -> Dict[int, Tuple[torch.Tensor, Optional[str]]]:
     """The tensors ``root``'s modules hold as plain attributes, or inside lists, tuples and
     dicts held so (two levels deep): id -> (the tensor, kept so that its id stays its own
     while forward runs; its qualified name, None inside a container, which ``get_attr``
     cannot name: such a tensor is read through a constant attribute that is the same
-    tensor object)."""
+    tensor object). ``holders``: (qualified name, ``__dict__``) of the modules that may hold
+    any, when known (``StateKeeper.attribute_holders``); by default every module's."""
     if not isinstance(root, torch.nn.Module):
         return {}
     held: Dict[int, Tuple[torch.Tensor, Optional[str]]] = {}
-    for prefix, module in module_tree(root):
-        attributes = module.__dict__
+    if holders is None:
+        holders = [(prefix, module.__dict__) for prefix, module in module_tree(root)]
+    for prefix, attributes in holders:
         # (nn.Module's own entries: its tables of parameters, buffers and submodules, read
         # through torch.fx's getattr hook, its hooks and flags; skipped in C)
         for key in itertools.filterfalse(_MODULE_ENTRIES.__contains__, attributes):
@@ -113,7 +116,7 @@ class _HeldTensorReads(TorchFunctionMode):
 @contextlib.contextmanager
 def reading_held_tensors(tracer: "SpecTracer", root: Any) -> Iterator[None]:
     """While tracing ``root`` with example inputs, ops on its plain tensor attributes are nodes."""
-    held = held_tensors(root) if tracer.examples is not None else {}
+    held = held_tensors(root, tracer.attribute_holders) if tracer.examples is not None else {}
     if not held:
         yield
         return

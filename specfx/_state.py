@@ -437,9 +437,12 @@ class StateKeeper:
         self._param_state: Tuple[List[bool], List[Any], List[int]] = ([], [], [])
         self._containers: List[Tuple[str, Any, Any]] = []  # (name, the user's container, its contents)
         self._generators: List[Tuple[torch.Generator, torch.Tensor]] = []
-        # (module name, key, parameter), named only when reported; _param_state: their
-        # (requires_grad, grad, _version)
-        self._params: List[Tuple[str, str, torch.nn.Parameter]] = []
+        # the parameters (named only when reported); _param_state: their (requires_grad, grad, _version)
+        self._params: List[torch.nn.Parameter] = []
+        self._tree: List[Tuple[str, torch.nn.Module]] = []
+        # (name, __dict__) of the modules with attributes other than numbers, strings and flags
+        # (containers, tensors, generators, objects): the rest hold nothing to keep or to read
+        self.attribute_holders: List[Tuple[str, Dict[str, Any]]] = []
         self.assigned: List[str] = []  # "module.attr" names forward bound to traced values
         self.changed: List[str] = []  # Python state forward changed that the graph does not change
         if self._module is None:
@@ -460,23 +463,35 @@ class StateKeeper:
         self._values = tuple(itertools.chain.from_iterable(map(dict.values, tables)))
         shared: Dict[Tuple[str, ...], Tuple[str, ...]] = {}
         self._layouts = list(map(shared.setdefault, *itertools.tee(map(tuple, tables))))  # one per distinct layout
-        # the parameters in named_parameters()'s order (shared ones once), with their autograd state
-        params: Dict[int, Tuple[str, str, torch.nn.Parameter]] = {}
-        for (name, m), is_script in zip(tree, script):
-            own = m._parameters if is_script else m.__dict__["_parameters"]
-            if own:
-                for key, param in own.items():
-                    if param is not None and id(param) not in params:
-                        params[id(param)] = (name, key, param)
-        self._params = list(params.values())
-        self._param_state = _parameter_state([p for _, _, p in self._params])
-        for (name, _), table in zip(plain, attributes):
-            for key in itertools.filterfalse(_TABLES.__contains__, table):  # (in C: most keys are tables)
+        # the parameters in named_parameters()'s order (shared ones once), with their autograd
+        # state, gathered in C: ids are unique, so a dict keyed by them keeps each one once
+        parameter_tables = ([m._parameters if is_script else m.__dict__["_parameters"]
+                             for (_, m), is_script in zip(tree, script)]
+                            if scripted else tables[len(plain):2 * len(plain)])  # (plain is the tree)
+        flat = list(itertools.chain.from_iterable(map(dict.values, parameter_tables)))
+        self._params = [p for p in dict(zip(map(id, flat), flat)).values() if p is not None]
+        self._param_state = _parameter_state(self._params)
+        self._tree = tree
+        # Most attributes are numbers, strings and flags: a module whose attributes (not its
+        # tables) are all of those is told in C, once per distinct key layout for the keys.
+        own_keys: Dict[int, Tuple[str, ...]] = {}
+        holders = self.attribute_holders
+        for (name, _), table, layout in zip(plain, attributes, self._layouts):
+            keys = own_keys.get(id(layout))
+            if keys is None:
+                keys = own_keys[id(layout)] = tuple(itertools.filterfalse(_TABLES.__contains__, layout))
+            if keys and not _SCALAR_ATTRIBUTES.issuperset(map(type, map(table.__getitem__, keys))) and not all(
+                    type(v) is tuple and _SCALAR_ATTRIBUTES.issuperset(map(type, v))  # (sizes: kernel_size=(3, 3))
+                    for v in map(table.__getitem__, keys) if type(v) not in _SCALAR_ATTRIBUTES):
+                holders.append((name, table))
+        for name, table in holders:
+            for key in itertools.filterfalse(_TABLES.__contains__, table):
                 value = table[key]
-                # (most attributes are sizes and flags: isinstance(x, torch.Generator) runs Python code)
+                # (isinstance(x, torch.Generator) runs Python code: asked only of unusual types)
                 if type(value) in _MUTABLE or (retry and type(value) not in _PLAIN_ATTRIBUTES
                                                and isinstance(value, torch.Generator)):
                     self._remember(f"{name}.{key}" if name else key, value, seen, 4)
+        holders.extend((name, m.__dict__) for (name, m), is_script in zip(tree, script) if is_script)
 
     def _remember(self, name: str, value: Any, seen: set, depth: int) -> None:
         """Snapshot mutable containers (deeply) and generators held by the model."""
@@ -491,6 +506,15 @@ class StateKeeper:
         items = value.values() if isinstance(value, dict) else value
         for item in list(items):
             self._remember(name + "[...]", item, seen, depth - 1)
+
+    def _parameter_names(self) -> Dict[int, str]:
+        """id -> qualified name of each kept parameter (its first name, as named_parameters())."""
+        names: Dict[int, str] = {}
+        for module_name, module in self._tree:
+            for key, param in module._parameters.items():
+                if param is not None and id(param) not in names:
+                    names[id(param)] = f"{module_name}.{key}" if module_name else key
+        return names
 
     def _restore_tables(self) -> None:
         """Put back every table that changed (``assigned``: the attributes bound to traced values)."""
@@ -533,15 +557,17 @@ class StateKeeper:
             if restore_contents(container, contents):
                 self.changed.append(name)
         lost = []
-        now = _parameter_state([p for _, _, p in self._params])
+        now = _parameter_state(self._params)
         before = self._param_state
         unchanged = (now[0] == before[0] and all(map(operator.is_, now[1], before[1]))
                      and (self._retry or now[2] == before[2]))
-        for (module_name, key, param), requires_grad, grad, version in (
-                () if unchanged else zip(self._params, *before)):
+        names = None
+        for param, requires_grad, grad, version in (() if unchanged else zip(self._params, *before)):
             if param.requires_grad is requires_grad and param.grad is grad and (param._version == version or self._retry):
                 continue
-            name = f"{module_name}.{key}" if module_name else key
+            if names is None:
+                names = self._parameter_names()
+            name = names[id(param)]
             if param.requires_grad != requires_grad:
                 param.requires_grad_(requires_grad)
                 self.changed.append(f"{name}.requires_grad")
@@ -578,6 +604,9 @@ _VERSION = operator.attrgetter("_version")
 _TABLES = frozenset(torch.nn.Module().__dict__)
 _MUTABLE = (list, dict, set, collections.OrderedDict)
 # Attribute types that are neither containers nor generators (sizes, flags, names, tensors).
+# Attribute types that hold nothing a trace must keep or read (no container, tensor or generator).
+_SCALAR_ATTRIBUTES = frozenset({int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device,
+                                torch.Size, torch.memory_format, torch.layout})
 _PLAIN_ATTRIBUTES = frozenset({int, float, bool, str, bytes, complex, tuple, type(None), torch.dtype, torch.device,
                                torch.Size, torch.Tensor, torch.nn.Parameter})
 

@@ -113,6 +113,7 @@ def trace(
             with TRACE_LOCK, _patches.no_full_collections(), \
                     preserved_state(root, runs_ops=examples is not None) as keeper:
                 tracer.state = keeper.trace_state
+                tracer.attribute_holders = keeper.attribute_holders
                 tracer.set_examples(None if examples is None else clone_example(examples))
                 graph = tracer.trace(root, concrete_args)
                 # Built before the state is restored: torch.fx stores tensor constants on the root

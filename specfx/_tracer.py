@@ -177,6 +177,9 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         # while a leaf call is recorded: the frame that called call_module (the frames below it
         # are torch.fx's and specfx's, not walked for try blocks)
         self._leaf_caller: Optional[types.FrameType] = None
+        # (name, __dict__) of the modules that may hold tensors as plain attributes, when
+        # specfx.trace's StateKeeper has found them already (else _held scans every module)
+        self.attribute_holders: Optional[list[Tuple[str, Dict[str, Any]]]] = None
         # frames that compare type(x), checked again when they return (_check_returned_frames)
         self._watched_frames: Dict[int, types.FrameType] = {}
 
