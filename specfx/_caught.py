@@ -16,6 +16,7 @@ name, and re-tracing the saved code (:func:`restore`) puts them back.
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 import types
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -91,31 +92,49 @@ def _caught_from_names(names: Any, operation: str, where: str, target: str) -> C
 
 # -- while tracing -------------------------------------------------------------------------------
 
-_WALKED: Dict[int, Tuple[types.CodeType, bool, Tuple[TypeCheck, ...]]] = {}  # id(code) -> what to look at
+# id(code) -> (the code, kept so that its id stays its own; whether it is model code with try
+# blocks; its compared ``type(x)`` calls; what it is: _RELAY, _MODEL, or _RESUMABLE)
+_Entry = Tuple[types.CodeType, bool, Tuple[TypeCheck, ...], int]
+_WALKED: Dict[int, _Entry] = {}
 _NOTHING: Tuple[TypeCheck, ...] = ()
+_RELAY, _MODEL, _RESUMABLE = 0, 1, 2  # specfx's and torch's code; model code; a model generator or coroutine
+_RESUMABLE_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
-def _remember(code: types.CodeType) -> Tuple[types.CodeType, bool, Tuple[TypeCheck, ...]]:
-    """Whether ``code`` is model code with try blocks (not specfx, torch.fx's relays, or specfx's
-    generated forward), and its compared ``type(x)`` calls."""
+def _remember(code: types.CodeType) -> _Entry:
+    """What the walk looks at in ``code``'s frames: whether it is model code (not specfx,
+    torch, or specfx's generated forward) with try blocks, and its compared ``type(x)`` calls."""
     model_code = not is_internal_file(code.co_filename) and _RAISE_NAME not in code.co_names
-    entry = _WALKED[id(code)] = (code, model_code and has_exception_handlers(code),  # the code is kept,
-                                 type_checks(code) if model_code else _NOTHING)     # so its id stays its own
+    kind = _RELAY if not model_code else _RESUMABLE if code.co_flags & _RESUMABLE_FLAGS else _MODEL
+    entry = _WALKED[id(code)] = (code, model_code and has_exception_handlers(code),
+                                 type_checks(code) if model_code else _NOTHING, kind)
     return entry
+
+
+def new_memo() -> List[Any]:
+    """A memo for :func:`protection` walks that end at one ``stop``."""
+    return [None, ()]
 
 
 def protection(stop: Optional[types.FrameType],
                on_type_checks: Optional[Callable[[types.FrameType], None]] = None,
-               start: Optional[types.FrameType] = None) -> Optional[Handlers]:
+               start: Optional[types.FrameType] = None, memo: Optional[List[Any]] = None) -> Optional[Handlers]:
     """The ``except`` handlers of the frames being traced (from ``start``, by default the
     caller's, up to, not including, ``stop``) that an exception raised now would reach,
     innermost first; None when there are none (``finally`` and ``with`` blocks re-raise and
     are passed through). Frames whose code compares ``type(x)`` are handed to
     ``on_type_checks``. Called for every op: one dict lookup per frame (and, on Python >= 3.11,
-    a frame object made for each frame not walked before: callers start above their own)."""
+    a frame object made for each frame not walked before: callers start above their own).
+
+    ``memo`` (from :func:`new_memo`, one per ``stop``) remembers the first model frame walked
+    and what the frames above it gave: those frames wait in the calls that led to it, so
+    while it runs they give the same, and a walk that reaches it again stops there. (Not a
+    generator's frame: it is resumed from anywhere.)"""
     found: List[Tuple[Optional[Tuple[type, ...]], str]] = []
     walked = _WALKED
     frame: Optional[types.FrameType] = sys._getframe(1) if start is None else start
+    first: Optional[types.FrameType] = None
+    mark = -1
     while frame is not None and frame is not stop:
         code = frame.f_code
         entry = walked.get(id(code))
@@ -131,7 +150,16 @@ def protection(stop: Optional[types.FrameType],
                 for clause in handler.clauses:
                     # a bare `except:` catches anything; an expression specfx cannot read, too
                     found.append((clause_types(clause, frame) if clause else None, line))
+        if entry[3] and mark < 0:  # the first model frame
+            if memo is not None and entry[3] == _MODEL:
+                if memo[0] is frame:
+                    found.extend(memo[1])
+                    return tuple(found) if found else None
+                first = frame
+            mark = len(found)
         frame = frame.f_back
+    if first is not None and memo is not None:
+        memo[0], memo[1] = first, tuple(found[mark:])
     return tuple(found) if found else None
 
 

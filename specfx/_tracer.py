@@ -172,11 +172,14 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._scripted = ScriptedFunctions(self._is_tracing)
         self._output: Any = None
         self._trace_frame: Optional[types.FrameType] = None
-        # (the frame of the innermost module call being traced, the try blocks' handlers above it)
-        self._boundary: Tuple[Optional[types.FrameType], Optional[_caught.Handlers]] = (None, None)
+        # (the frame of the innermost module call being traced, the try blocks' handlers above it,
+        # the memo of the walks from its ops up to it)
+        self._boundary: Tuple[Optional[types.FrameType], Optional[_caught.Handlers], list] = (
+            None, None, _caught.new_memo())
         # while a leaf call is recorded: the frame that called call_module (the frames below it
         # are torch.fx's and specfx's, not walked for try blocks)
         self._leaf_caller: Optional[types.FrameType] = None
+        self._own_call_module = type(self).call_module is SpecTracer.call_module
         # (name, __dict__) of the modules that may hold tensors as plain attributes, when
         # specfx.trace's StateKeeper has found them already (else _held scans every module)
         self.attribute_holders: Optional[list[Tuple[str, Dict[str, Any]]]] = None
@@ -292,13 +295,16 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._entered = (qualname, m)  # a leaf's value is computed with m itself, not found by name
         boundary, leaf_caller = self._boundary, self._leaf_caller
         if leaf and self.examples is not None:
-            self._leaf_caller = sys._getframe(1)
+            # the frame that called the module: torch.fx's module_call_wrapper calls this method
+            # (its frame is skipped unmade), unless a subclass's override called it
+            self._leaf_caller = sys._getframe(2 if self._own_call_module else 1)
         elif self.examples is not None:
             # The frames from here up stay as they are while m's forward runs: walked once for
             # its ops' try blocks (and type() checks), down to the enclosing module's boundary.
             here = sys._getframe()
             self._boundary = (here, _caught.joined(
-                _caught.protection(boundary[0] or self._trace_frame, self._frame_with_type_checks), boundary[1]))
+                _caught.protection(boundary[0] or self._trace_frame, self._frame_with_type_checks, None, boundary[2]),
+                boundary[1]), _caught.new_memo())
         try:
             result = super().call_module(m, forward, args, kwargs)
             if self._watched_frames:
@@ -487,14 +493,14 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         proxy.node.meta["type"] = type(value)
 
     def _protect(self, proxy: Proxy) -> None:
-        frame, outer = self._boundary  # the frames above it were walked when its module was entered
+        frame, outer, memo = self._boundary  # the frames above it were walked when its module was entered
         # Walked from the op's caller up: from the frame that called call_module for a leaf, else
         # from the caller of create_proxy (on Python >= 3.11 each frame walked for the first time
         # gets a frame object, and those of create_proxy and _protect are new for every op).
         start = self._leaf_caller or sys._getframe(2)
         self._leaf_caller = None
         handlers = _caught.joined(
-            _caught.protection(frame or self._trace_frame, self._frame_with_type_checks, start), outer)
+            _caught.protection(frame or self._trace_frame, self._frame_with_type_checks, start, memo), outer)
         if handlers is not None:  # the model code would catch what this op may raise
             proxy.node.meta[_caught.CAUGHT] = _caught.Caught(
                 handlers, self.describe(proxy), _where(user_location()), _caught.target_name(proxy.node))

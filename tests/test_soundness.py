@@ -342,6 +342,55 @@ class TestOpsTracedInsideTryBlocks:  # class 6, the op worked on the example
         handler_line = Outer.forward.__code__.co_firstlineno + 3
         assert f"test_soundness.py:{handler_line}" in str(caught.value) and "torch.matmul" in str(caught.value)
 
+    def test_a_generator_resumed_inside_and_outside_a_try_block(self):
+        """A generator's ops take the handlers of wherever it is resumed from: its first op
+        (resumed inside the try) is covered, its second (resumed after it) is not."""
+
+        def f(x, y, z):
+            def products(pairs):
+                for a, b in pairs:
+                    yield a @ b
+
+            pairs = products(((x, y), (x, z)))
+            try:
+                first = next(pairs)
+            except RuntimeError:
+                first = x.sum()
+            second = next(pairs)
+            return first, second
+
+        example = (torch.randn(2, 3), torch.randn(3, 2), torch.randn(3, 4))
+        gm = specfx.trace(f, example)
+        assert all(torch.equal(a, b) for a, b in zip(gm(*example), f(*example)))
+        with pytest.raises(GuardError):  # eager takes the fallback
+            gm(torch.randn(2, 3), torch.randn(2, 2), torch.randn(3, 4))
+        with pytest.raises(RuntimeError) as caught:  # eager raises too
+            gm(torch.randn(2, 3), torch.randn(3, 2), torch.randn(2, 4))
+        assert not isinstance(caught.value, GuardError)
+
+    def test_a_helper_called_inside_and_outside_a_try_block(self):
+        """The same code under and after a try block, called twice from one forward."""
+
+        class Model(nn.Module):
+            def helper(self, a, b):
+                return torch.matmul(a, b) + 1
+
+            def forward(self, x, y, z):
+                try:
+                    first = self.helper(x, y)
+                except RuntimeError:
+                    first = x.sum()
+                return first, self.helper(x, z)
+
+        model = Model()
+        example = (torch.randn(2, 3), torch.randn(3, 2), torch.randn(3, 4))
+        gm = specfx.trace(model, example)
+        with pytest.raises(GuardError):
+            gm(torch.randn(2, 3), torch.randn(2, 2), torch.randn(3, 4))
+        with pytest.raises(RuntimeError) as caught:
+            gm(torch.randn(2, 3), torch.randn(3, 2), torch.randn(2, 4))
+        assert not isinstance(caught.value, GuardError)
+
     def test_a_try_block_around_the_trace_call_is_not_the_models(self):
         def f(x, y):
             return x @ y
