@@ -139,12 +139,16 @@ def is_random_name(name: str) -> bool:
 
 def is_torch_module(module: torch.nn.Module) -> bool:
     """Whether ``module``'s class is torch's own (not user code)."""
-    return _is_torch_module_name(type(module).__module__)
+    cls = type(module)
+    known = _TORCH_OWNED.get(cls)  # (asked several times per leaf call: one lookup by class)
+    if known is None:
+        if len(_TORCH_OWNED) > 4096:  # (classes made on the fly: do not keep them all)
+            _TORCH_OWNED.clear()
+        known = _TORCH_OWNED[cls] = cls.__module__.startswith(("torch.nn", "torch.ao.nn"))
+    return known
 
 
-@functools.lru_cache(maxsize=4096)  # asked for every leaf call: module names repeat
-def _is_torch_module_name(name: str) -> bool:
-    return name.startswith(("torch.nn", "torch.ao.nn"))
+_TORCH_OWNED: Dict[type, bool] = {}
 
 
 def runs_only_torch_code(module: torch.nn.Module) -> bool:

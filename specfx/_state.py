@@ -363,17 +363,20 @@ class TraceState:
     def _needs_shadow(self, module: torch.nn.Module, copy_parameters: bool) -> bool:
         """Whether a call of ``module`` must run on a shadow (see :meth:`module`)."""
         private = self._private
-        if module._buffers:
-            writes = copy_parameters or _may_write_buffers(module)
-            if any(b is not None and (writes or id(b) in private) for b in module._buffers.values()):
+        writes = copy_parameters or _may_write_buffers(module)
+        if writes or private:  # (else: torch's code in eval mode and nothing copied yet: none of its own)
+            if module._buffers:
+                if any(b is not None and (writes or id(b) in private) for b in module._buffers.values()):
+                    return True
+            if module._parameters and (copy_parameters or private):
+                if any(p is not None and (copy_parameters or id(p) in private) for p in module._parameters.values()):
+                    return True
+            # plain tensor attributes (GraphModule's get_attr copies) are copied as buffers are
+            if torch.Tensor in set(map(type, module.__dict__.values())):  # (in C: no frame per attribute)
                 return True
-        if module._parameters and (copy_parameters or private):
-            if any(p is not None and (copy_parameters or id(p) in private) for p in module._parameters.values()):
-                return True
-        if torch.Tensor in set(map(type, module.__dict__.values())):  # (in C: no frame per attribute)
-            return True
-        return any(m is not None and self._needs_shadow(m, copy_parameters or not is_torch_module(m))
-                   for m in module._modules.values())
+        children = module._modules
+        return bool(children) and any(m is not None and self._needs_shadow(m, copy_parameters or not is_torch_module(m))
+                                      for m in children.values())
 
 
 def _may_write_buffers(module: torch.nn.Module) -> bool:
