@@ -156,8 +156,10 @@ def runs_only_torch_code(module: torch.nn.Module) -> bool:
     code: its class is torch's and no forward hook of its own or global one (user code) runs."""
     if not is_torch_module(module) or module._forward_pre_hooks or module._forward_hooks:
         return False
-    hooks = torch.nn.modules.module
-    return not (hooks._global_forward_pre_hooks or hooks._global_forward_hooks)
+    return not (_MODULE_GLOBALS._global_forward_pre_hooks or _MODULE_GLOBALS._global_forward_hooks)
+
+
+_MODULE_GLOBALS = torch.nn.modules.module  # (where torch keeps the global hooks)
 
 
 def callable_from_torch(target: Any) -> bool:
@@ -181,11 +183,20 @@ def module_may_draw(module: torch.nn.Module) -> bool:
 
 
 def _draws_itself(module: torch.nn.Module) -> bool:
-    if not is_torch_module(module) or is_random_name(type(module).__name__):
+    cls = type(module)
+    by_class = _DRAWS_BY_CLASS.get(cls)
+    if by_class is None:
+        if len(_DRAWS_BY_CLASS) > 4096:
+            _DRAWS_BY_CLASS.clear()
+        by_class = _DRAWS_BY_CLASS[cls] = not is_torch_module(module) or is_random_name(cls.__name__)
+    if by_class:
         return True
     # (a plain attribute: getattr would go through nn.Module.__getattr__, patched while tracing)
     probability = module.__dict__.get("dropout")
     return isinstance(probability, float) and probability > 0
+
+
+_DRAWS_BY_CLASS: Dict[type, bool] = {}  # a user's class, or torch's dropout-like ones, draw whatever the attributes
 
 
 class PrivateDraws(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves it unannotated
