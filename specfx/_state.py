@@ -471,7 +471,8 @@ class StateKeeper:
         parameter_tables = ([m._parameters if is_script else m.__dict__["_parameters"]
                              for (_, m), is_script in zip(tree, script)]
                             if scripted else tables[len(plain):2 * len(plain)])  # (plain is the tree)
-        flat = list(itertools.chain.from_iterable(map(dict.values, parameter_tables)))
+        flat = list(itertools.chain.from_iterable(  # (a ScriptModule's table is a C++ view, not a dict)
+            map(_VALUES if scripted else dict.values, parameter_tables)))
         self._params = [p for p in dict(zip(map(id, flat), flat)).values() if p is not None]
         self._param_state = _parameter_state(self._params)
         self._tree = tree
@@ -589,6 +590,7 @@ class StateKeeper:
 
 
 _ABSENT = object()
+_VALUES = operator.methodcaller("values")
 _PARAMETERS = operator.itemgetter("_parameters")
 _BUFFERS = operator.itemgetter("_buffers")
 _CHILDREN = operator.itemgetter("_modules")
