@@ -608,10 +608,10 @@ _VERSION = operator.attrgetter("_version")
 # as tables or left to torch; containers the user's code keeps are the rest.
 _TABLES = frozenset(torch.nn.Module().__dict__)
 _MUTABLE = (list, dict, set, collections.OrderedDict)
-# Attribute types that are neither containers nor generators (sizes, flags, names, tensors).
 # Attribute types that hold nothing a trace must keep or read (no container, tensor or generator).
 _SCALAR_ATTRIBUTES = frozenset({int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device,
                                 torch.Size, torch.memory_format, torch.layout})
+# Attribute types that are neither containers nor generators (sizes, flags, names, tensors).
 _PLAIN_ATTRIBUTES = frozenset({int, float, bool, str, bytes, complex, tuple, type(None), torch.dtype, torch.device,
                                torch.Size, torch.Tensor, torch.nn.Parameter})
 
