@@ -26,3 +26,47 @@ def test_plain_and_contained_tensors_are_held_but_parameters_and_buffers_are_not
         id(model.total), id(model.stats[0]), id(model.stats[1]["scale"])}
     assert sorted(str(name) for _, name in held.values()) == ["None", "None", "total"]
     assert held_tensors(nn.Sequential(nn.Conv2d(1, 1, 1), nn.BatchNorm2d(1))) == {}
+
+
+def test_the_state_keepers_holders_find_what_a_full_scan_finds():
+    """specfx.trace scans only the modules whose attributes are more than numbers, strings,
+    flags and sizes (found by the StateKeeper in C); that must miss no held tensor: one in a
+    torch module's attribute, one in a tuple among sizes, one in a dict, one two levels down."""
+    from specfx._state import StateKeeper
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 1, 3)  # kernel_size=(3, 3): a tuple of sizes, holds nothing
+            self.norm = nn.LayerNorm(4)  # normalized_shape=(4,)
+            self.pair = (2, torch.ones(1))  # a tensor among sizes
+            self.scale = 0.5
+
+    model = nn.Sequential(Block(), Block(), nn.ReLU())
+    model[0].conv.mask = torch.zeros(3)  # a user's tensor on a torch module
+    model[1].table = {"bias": [torch.ones(2)]}  # two levels down
+    holders = StateKeeper(model, runs_ops=False).attribute_holders
+    assert held_tensors(model, holders) == held_tensors(model)
+    assert len(held_tensors(model)) == 4
+    assert sorted(name for name, _ in holders) == ["0", "0.conv", "1"]
+
+
+def test_the_held_tensors_of_a_traced_model_are_read_at_run_time():
+    """End to end through the holders: an op on a tensor the model keeps in a tuple (and on
+    nothing traced) is a node that reads it live, not a constant computed at trace time."""
+    import specfx
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(2, 2)
+            self.offsets = (1, torch.zeros(2))
+
+        def forward(self, x):
+            return self.linear(x) + self.offsets[1] * 2
+
+    model = Model()
+    gm = specfx.trace(model, torch.randn(3, 2))
+    x = torch.randn(3, 2)
+    model.offsets[1].add_(5.0)  # the graph reads the model's tensor, not a trace-time copy
+    assert torch.equal(gm(x), model(x))
