@@ -127,10 +127,12 @@ def protection(stop: Optional[types.FrameType],
     a frame object made for each frame not walked before: callers start above their own).
 
     ``memo`` (from :func:`new_memo`, one per ``stop``) remembers the first model frame walked
-    and what the frames above it gave: those frames wait in the calls that led to it, so
-    while it runs they give the same, and a walk that reaches it again stops there. (Not a
-    generator's frame: it is resumed from anywhere.)"""
-    found: List[Tuple[Optional[Tuple[type, ...]], str]] = []
+    and the ``except`` clauses of the frames above it: those frames wait in the calls that
+    led to it, so while it runs they are at the same clauses, and a walk that reaches it
+    again stops there. (Not a generator's frame: it is resumed from anywhere.) The classes
+    a clause names are read again at each op, as eager reads them when an error arrives:
+    code run since may have rebound them (``self.errors = ...``)."""
+    found: List[Tuple[Any, types.FrameType, str]] = []  # (clause, its frame, its line)
     walked = _WALKED
     frame: Optional[types.FrameType] = sys._getframe(1) if start is None else start
     first: Optional[types.FrameType] = None
@@ -148,19 +150,22 @@ def protection(stop: Optional[types.FrameType],
                     continue
                 line = str(SourceLocation(code.co_filename, handler.line, code.co_name))
                 for clause in handler.clauses:
-                    # a bare `except:` catches anything; an expression specfx cannot read, too
-                    found.append((clause_types(clause, frame) if clause else None, line))
+                    found.append((clause, frame, line))
         if entry[3] and mark < 0:  # the first model frame
             if memo is not None and entry[3] == _MODEL:
                 if memo[0] is frame:
                     found.extend(memo[1])
-                    return tuple(found) if found else None
+                    break
                 first = frame
             mark = len(found)
         frame = frame.f_back
-    if first is not None and memo is not None:
-        memo[0], memo[1] = first, tuple(found[mark:])
-    return tuple(found) if found else None
+    else:
+        if first is not None and memo is not None:
+            memo[0], memo[1] = first, tuple(found[mark:])
+    if not found:
+        return None
+    # a bare `except:` catches anything; an expression specfx cannot read, too
+    return tuple((clause_types(clause, held) if clause else None, line) for clause, held, line in found)
 
 
 def joined(inner: Optional[Handlers], outer: Optional[Handlers]) -> Optional[Handlers]:

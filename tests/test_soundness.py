@@ -391,6 +391,37 @@ class TestOpsTracedInsideTryBlocks:  # class 6, the op worked on the example
             gm(torch.randn(2, 3), torch.randn(3, 2), torch.randn(2, 4))
         assert not isinstance(caught.value, GuardError)
 
+    def test_a_handler_a_helper_rebinds_between_its_ops_is_read_at_each_op(self):
+        """The classes an enclosing `except` names are read when each op runs (as eager reads
+        them when the error arrives), also for the second op of the same helper call."""
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.errors = (KeyError,)
+
+            def helper(self, x, y):
+                first = x + 1  # the helper's first op: the handler above catches KeyError
+                self.errors = (RuntimeError,)
+                second = x @ y  # now it catches this op's error
+                self.errors = (KeyError,)
+                return first, second
+
+            def forward(self, x, y):
+                try:
+                    return self.helper(x, y)
+                except self.errors:
+                    return x, x
+
+        model = Model()
+        gm = specfx.trace(model, (torch.randn(2, 3), torch.randn(3, 2)))
+        assert same_or_guard(gm, model, torch.randn(4, 3), torch.randn(3, 1)) == "equal"
+        x, y = torch.randn(2, 3), torch.randn(4, 2)
+        assert torch.equal(model(x, y)[1], x)  # eager takes the fallback
+        model.errors = (KeyError,)
+        with pytest.raises(GuardError, match="x @ y"):
+            gm(x, y)
+
     def test_a_try_block_around_the_trace_call_is_not_the_models(self):
         def f(x, y):
             return x @ y
