@@ -27,7 +27,8 @@ from ._bytecode import TypeCheck, clause_types, exception_handlers, has_exceptio
 from ._source import SourceLocation, is_internal_file
 from .errors import GuardError
 
-__all__ = ["ATTRIBUTE", "CAUGHT", "Caught", "Handlers", "joined", "protect_body", "protection", "raise_caught", "restore"]
+__all__ = ["ATTRIBUTE", "CAUGHT", "Caught", "Clauses", "Handlers", "joined", "protect_body", "protection", "raise_caught",
+           "read_clauses", "restore"]
 
 CAUGHT = "specfx_caught"  # node.meta key
 ATTRIBUTE = "_specfx_caught"  # GraphModule attribute: node name -> Caught, kept by pickling
@@ -35,6 +36,9 @@ _RAISE_NAME = "specfx_raise_caught"  # the generated code's name for raise_caugh
 
 # Handlers: (exception classes, None for any; "file:line" of the handler)
 Handlers = Tuple[Tuple[Optional[Tuple[type, ...]], str], ...]
+# Clauses: the handlers as found, not yet read: (the clause's instructions, None for a bare
+# `except:`; the frame it is read in; "file:line"). Read with read_clauses, at each op.
+Clauses = Tuple[Tuple[Any, types.FrameType, str], ...]
 
 
 class Caught:
@@ -118,8 +122,8 @@ def new_memo() -> List[Any]:
 
 def protection(stop: Optional[types.FrameType],
                on_type_checks: Optional[Callable[[types.FrameType], None]] = None,
-               start: Optional[types.FrameType] = None, memo: Optional[List[Any]] = None) -> Optional[Handlers]:
-    """The ``except`` handlers of the frames being traced (from ``start``, by default the
+               start: Optional[types.FrameType] = None, memo: Optional[List[Any]] = None) -> Optional[Clauses]:
+    """The ``except`` clauses of the frames being traced (from ``start``, by default the
     caller's, up to, not including, ``stop``) that an exception raised now would reach,
     innermost first; None when there are none (``finally`` and ``with`` blocks re-raise and
     are passed through). Frames whose code compares ``type(x)`` are handed to
@@ -130,8 +134,8 @@ def protection(stop: Optional[types.FrameType],
     and the ``except`` clauses of the frames above it: those frames wait in the calls that
     led to it, so while it runs they are at the same clauses, and a walk that reaches it
     again stops there. (Not a generator's frame: it is resumed from anywhere.) The classes
-    a clause names are read again at each op, as eager reads them when an error arrives:
-    code run since may have rebound them (``self.errors = ...``)."""
+    a clause names are not read here (:func:`read_clauses`): walks are kept (the memo, the
+    frames above a module call), and code run since may have rebound them (``self.errors``)."""
     found: List[Tuple[Any, types.FrameType, str]] = []  # (clause, its frame, its line)
     walked = _WALKED
     frame: Optional[types.FrameType] = sys._getframe(1) if start is None else start
@@ -162,14 +166,18 @@ def protection(stop: Optional[types.FrameType],
     else:
         if first is not None and memo is not None:
             memo[0], memo[1] = first, tuple(found[mark:])
-    if not found:
-        return None
+    return tuple(found) if found else None
+
+
+def read_clauses(clauses: Clauses) -> Handlers:
+    """The classes each clause names now, as eager reads them when an error arrives (code
+    run since the walk may have rebound ``self.errors``): called for each op."""
     # a bare `except:` catches anything; an expression specfx cannot read, too
-    return tuple((clause_types(clause, held) if clause else None, line) for clause, held, line in found)
+    return tuple((clause_types(clause, frame) if clause else None, line) for clause, frame, line in clauses)
 
 
-def joined(inner: Optional[Handlers], outer: Optional[Handlers]) -> Optional[Handlers]:
-    """The handlers of two stretches of frames, the inner one's first."""
+def joined(inner: Optional[Clauses], outer: Optional[Clauses]) -> Optional[Clauses]:
+    """The clauses of two stretches of frames, the inner one's first."""
     if inner is None or outer is None:
         return inner if outer is None else outer
     return inner + outer

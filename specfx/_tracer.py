@@ -172,9 +172,9 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._scripted = ScriptedFunctions(self._is_tracing)
         self._output: Any = None
         self._trace_frame: Optional[types.FrameType] = None
-        # (the frame of the innermost module call being traced, the try blocks' handlers above it,
-        # the memo of the walks from its ops up to it)
-        self._boundary: Tuple[Optional[types.FrameType], Optional[_caught.Handlers], list] = (
+        # (the frame of the innermost module call being traced, the except clauses above it (read
+        # at each op), the memo of the walks from its ops up to it)
+        self._boundary: Tuple[Optional[types.FrameType], Optional[_caught.Clauses], list] = (
             None, None, _caught.new_memo())
         # while a leaf call is recorded: the frame that called call_module (the frames below it
         # are torch.fx's and specfx's, not walked for try blocks)
@@ -227,6 +227,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                     return graph
             finally:
                 self._trace_frame = None
+                # (the walks' memo holds frames of the traced code, and their locals: let them go)
+                self._boundary, self._leaf_caller = (None, None, _caught.new_memo()), None
                 self._watched_frames.clear()
                 reset_layers(token)
                 annotations_active().reset(annotations)
@@ -499,11 +501,11 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         # gets a frame object, and those of create_proxy and _protect are new for every op).
         start = self._leaf_caller or sys._getframe(2)
         self._leaf_caller = None
-        handlers = _caught.joined(
+        clauses = _caught.joined(
             _caught.protection(frame or self._trace_frame, self._frame_with_type_checks, start, memo), outer)
-        if handlers is not None:  # the model code would catch what this op may raise
-            proxy.node.meta[_caught.CAUGHT] = _caught.Caught(
-                handlers, self.describe(proxy), _where(user_location()), _caught.target_name(proxy.node))
+        if clauses is not None:  # the model code would catch what this op may raise
+            proxy.node.meta[_caught.CAUGHT] = _caught.Caught(_caught.read_clauses(clauses), self.describe(proxy),
+                                                           _where(user_location()), _caught.target_name(proxy.node))
 
     def computed_state(self, proxy: ValueProxy) -> ProxyState:
         """``proxy``'s state, its pending value computed (with every other pending one)."""

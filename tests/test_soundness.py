@@ -422,6 +422,41 @@ class TestOpsTracedInsideTryBlocks:  # class 6, the op worked on the example
         with pytest.raises(GuardError, match="x @ y"):
             gm(x, y)
 
+    def test_a_handler_a_submodule_rebinds_is_read_at_each_op(self):
+        """The clauses above a module call are found once, when it is entered, but the classes
+        they name are read at each op: a submodule that rebinds its parent's clause before its
+        op makes that op's error one the parent catches, as in eager."""
+
+        class Child(nn.Module):
+            def __init__(self, owner):
+                super().__init__()
+                self.__dict__["owner"] = owner  # (not a submodule: no cycle in the module tree)
+
+            def forward(self, x, y):
+                self.owner.errors = (RuntimeError,)
+                out = torch.matmul(x, y)
+                self.owner.errors = (KeyError,)
+                return out
+
+        class Parent(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.errors = (KeyError,)
+                self.child = Child(self)
+
+            def forward(self, x, y):
+                try:
+                    return self.child(x, y)
+                except self.errors:
+                    return x
+
+        model = Parent()
+        gm = specfx.trace(model, (torch.randn(2, 3), torch.randn(3, 2)))
+        x, y = torch.randn(2, 3), torch.randn(4, 2)
+        assert torch.equal(model(x, y), x)  # eager takes the fallback
+        with pytest.raises(GuardError, match="torch.matmul"):
+            gm(x, y)
+
     def test_a_try_block_around_the_trace_call_is_not_the_models(self):
         def f(x, y):
             return x @ y
