@@ -105,7 +105,10 @@ def run_op(
                     return getattr(values[0], target)(*values[1:], **kw_values)
             return getattr(values[0], target)(*values[1:], **kw_values)
         if kind == "call_module":
-            shadow, draws = state.leaf(root.get_submodule(target) if leaf is None else leaf)
+            module = root.get_submodule(target) if leaf is None else leaf
+            if (values or kw_values) and may_write_inputs(module):  # (`nn.ReLU(inplace=True)` on a model tensor)
+                values, kw_values = map_aggregate(values, state.writable), map_aggregate(kw_values, state.writable)
+            shadow, draws = state.leaf(module)
             # torch.fx's own unpatched Module.__call__: its tracing wrapper (a closure, the
             # autowrap scan of the module's globals, the tracer's call_module hook) would only
             # hand the call back here, at a cost several times that of a small leaf's forward
@@ -160,6 +163,14 @@ def runs_only_torch_code(module: torch.nn.Module) -> bool:
 
 
 _MODULE_GLOBALS = torch.nn.modules.module  # (where torch keeps the global hooks)
+
+
+def may_write_inputs(module: torch.nn.Module) -> bool:
+    """Whether calling ``module`` may write its input tensors: it (or a submodule) is
+    user-defined or torch's with ``inplace=True``."""
+    if not module._modules:  # (most leaves)
+        return not is_torch_module(module) or module.__dict__.get("inplace") is True
+    return any(not is_torch_module(m) or m.__dict__.get("inplace") is True for m in module.modules())
 
 
 def callable_from_torch(target: Any) -> bool:

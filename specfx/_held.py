@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import types
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from ._evaluation import is_torch_module
 from ._state import module_tree
 from ._values import ValueProxy
 
@@ -34,42 +36,54 @@ if TYPE_CHECKING:
 __all__ = ["held_tensors", "reading_held_tensors"]
 
 
-def held_tensors(root: Any, holders: Optional[Sequence[Tuple[str, Dict[str, Any]]]] = None
+def held_tensors(root: Any, holders: Optional[Sequence[Tuple[str, torch.nn.Module]]] = None
                  ) -> Dict[int, Tuple[torch.Tensor, Optional[str]]]:
     """The tensors ``root``'s modules hold as plain attributes, or inside lists, tuples and
     dicts held so (two levels deep): id -> (the tensor, kept so that its id stays its own
     while forward runs; its qualified name, None inside a container, which ``get_attr``
     cannot name: such a tensor is read through a constant attribute that is the same
-    tensor object). ``holders``: (qualified name, ``__dict__``) of the modules that may hold
-    any, when known (``StateKeeper.attribute_holders``); by default every module's."""
+    tensor object). ``holders``: (qualified name, module) of the modules that may hold any,
+    when known (``StateKeeper.attribute_holders``); by default every module.
+
+    A parameter counts too where a user's module keeps it in a container (an alias,
+    `self.held = [self.lin.weight]`, written through `.data` around torch.fx's attribute
+    hook); torch's own modules keep theirs for their own code (an RNN's `_flat_weights`)."""
     if not isinstance(root, torch.nn.Module):
         return {}
     held: Dict[int, Tuple[torch.Tensor, Optional[str]]] = {}
     if holders is None:
-        holders = [(prefix, module.__dict__) for prefix, module in module_tree(root)]
-    for prefix, attributes in holders:
+        holders = module_tree(root)
+    for prefix, module in holders:
+        attributes = module.__dict__
+        kinds = _TENSOR_ONLY if is_torch_module(module) else _HELD_TYPES
         # (nn.Module's own entries: its tables of parameters, buffers and submodules, read
         # through torch.fx's getattr hook, its hooks and flags; skipped in C)
         for key in itertools.filterfalse(_MODULE_ENTRIES.__contains__, attributes):
             value = attributes[key]
-            if type(value) is torch.Tensor:
+            if type(value) in kinds:
                 held.setdefault(id(value), (value, f"{prefix}.{key}" if prefix else key))
             elif type(value) in _CONTAINERS:
-                for tensor in _tensors_in(value, 2):
+                for tensor in _tensors_in(value, 2, kinds):
                     held.setdefault(id(tensor), (tensor, None))
     return held
 
 
 _CONTAINERS = (list, tuple, dict)
+# (a parameter in a list is the model's own, read around the attribute hook: `self.held[0].data.add_(1)`)
+_HELD_TYPES = (torch.Tensor, torch.nn.Parameter)
+_TENSOR_ONLY = (torch.Tensor,)
 _MODULE_ENTRIES = frozenset(torch.nn.Module().__dict__)
 
 
-def _tensors_in(container: Any, depth: int) -> Iterator[torch.Tensor]:
+def _tensors_in(container: Any, depth: int, kinds: Tuple[type, ...]) -> Iterator[torch.Tensor]:
     for item in container.values() if type(container) is dict else container:
-        if type(item) is torch.Tensor:
+        if type(item) in kinds:
             yield item
         elif depth > 1 and type(item) in _CONTAINERS:
-            yield from _tensors_in(item, depth - 1)
+            yield from _tensors_in(item, depth - 1, kinds)
+
+
+_GETSET = types.GetSetDescriptorType  # a tensor attribute's getter reaches a mode as its __get__
 
 
 class _HeldTensorReads(TorchFunctionMode):
@@ -84,8 +98,15 @@ class _HeldTensorReads(TorchFunctionMode):
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (),
                            kwargs: Optional[Dict[str, Any]] = None) -> Any:
         kwargs = kwargs or {}
+        descriptor = getattr(func, "__self__", None)
+        if (type(descriptor) is _GETSET and getattr(func, "__name__", None) == "__get__" and args
+                and self._tracer.records_factories()):
+            # an attribute of a held tensor (`.data`, `.shape`): read from its proxy, as for any traced value
+            owner = self._read(args[0])
+            if owner is not args[0]:
+                return getattr(owner, descriptor.__name__)
         if self._tracer.records_factories() and any(
-                type(leaf) is torch.Tensor and id(leaf) in self._held for leaf in tree_flatten((args, kwargs))[0]):
+                type(leaf) in _HELD_TYPES and id(leaf) in self._held for leaf in tree_flatten((args, kwargs))[0]):
             args, kwargs = tree_map(self._read, (args, kwargs))
             # the proxy records the call as for any op on a traced value (func may be an
             # unbound Tensor method, which a proxy cannot be passed to directly)
@@ -93,11 +114,12 @@ class _HeldTensorReads(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _read(self, value: Any) -> Any:
-        if type(value) is not torch.Tensor or id(value) not in self._held:
+        if type(value) not in _HELD_TYPES or id(value) not in self._held:
             return value
         name = self._held[id(value)][1]
-        if name is None:  # inside a container: a constant attribute that is this tensor object
-            name = self._tracer.tensor_attrs.get(value) or self._constant(value)
+        if name is None:  # inside a container: the model's parameter or buffer it is, else a
+            # constant attribute that is this tensor object
+            name = self._tracer.state_name(value) or self._tracer.tensor_attrs.get(value) or self._constant(value)
             self._held[id(value)] = (value, name)
         proxy = self._proxies.get(name)
         if proxy is None:

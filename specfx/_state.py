@@ -261,6 +261,10 @@ class TraceState:
             for value in (*module._parameters.values(), *module._buffers.values(), *module.__dict__.values()):
                 if isinstance(value, torch.Tensor) and id(value) not in self._private:
                     self._note(value)
+                elif type(value) in (list, tuple, dict):  # (and in containers, two levels down, as _held finds them)
+                    for item in _tensors_in(value, 2):
+                        if id(item) not in self._private:
+                            self._note(item)
 
     def writable(self, value: Any) -> Any:
         """``value`` if an op may write to it freely, else its private counterpart."""
@@ -379,6 +383,14 @@ class TraceState:
                                       for m in children.values())
 
 
+def _tensors_in(container: Any, depth: int) -> Iterator[torch.Tensor]:
+    for item in container.values() if type(container) is dict else container:
+        if isinstance(item, torch.Tensor):
+            yield item
+        elif depth > 1 and type(item) in (list, tuple, dict):
+            yield from _tensors_in(item, depth - 1)
+
+
 def _may_write_buffers(module: torch.nn.Module) -> bool:
     """Whether calling ``module`` (alone, not its submodules) may write its buffers: not when
     it runs only torch's code in eval mode (BatchNorm updates its statistics only in
@@ -443,9 +455,9 @@ class StateKeeper:
         # the parameters (named only when reported); _param_state: their (requires_grad, grad, _version)
         self._params: List[torch.nn.Parameter] = []
         self._tree: List[Tuple[str, torch.nn.Module]] = []
-        # (name, __dict__) of the modules with attributes other than numbers, strings and flags
+        # (name, module) of the modules with attributes other than numbers, strings and flags
         # (containers, tensors, generators, objects): the rest hold nothing to keep or to read
-        self.attribute_holders: List[Tuple[str, Dict[str, Any]]] = []
+        self.attribute_holders: List[Tuple[str, torch.nn.Module]] = []
         self.assigned: List[str] = []  # "module.attr" names forward bound to traced values
         self.changed: List[str] = []  # Python state forward changed that the graph does not change
         if self._module is None:
@@ -480,22 +492,23 @@ class StateKeeper:
         # tables) are all of those is told in C, once per distinct key layout for the keys.
         own_keys: Dict[int, Tuple[str, ...]] = {}
         holders = self.attribute_holders
-        for (name, _), table, layout in zip(plain, attributes, self._layouts):
+        for (name, module), table, layout in zip(plain, attributes, self._layouts):
             keys = own_keys.get(id(layout))
             if keys is None:
                 keys = own_keys[id(layout)] = tuple(itertools.filterfalse(_TABLES.__contains__, layout))
             if keys and not _SCALAR_ATTRIBUTES.issuperset(map(type, map(table.__getitem__, keys))) and not all(
                     type(v) is tuple and _SCALAR_ATTRIBUTES.issuperset(map(type, v))  # (sizes: kernel_size=(3, 3))
                     for v in map(table.__getitem__, keys) if type(v) not in _SCALAR_ATTRIBUTES):
-                holders.append((name, table))
-        for name, table in holders:
+                holders.append((name, module))
+        for name, module in holders:
+            table = module.__dict__
             for key in itertools.filterfalse(_TABLES.__contains__, table):
                 value = table[key]
                 # (isinstance(x, torch.Generator) runs Python code: asked only of unusual types)
                 if type(value) in _MUTABLE or (retry and type(value) not in _PLAIN_ATTRIBUTES
                                                and isinstance(value, torch.Generator)):
                     self._remember(f"{name}.{key}" if name else key, value, seen, 4)
-        holders.extend((name, m.__dict__) for (name, m), is_script in zip(tree, script) if is_script)
+        holders.extend((name, m) for (name, m), is_script in zip(tree, script) if is_script)
 
     def _remember(self, name: str, value: Any, seen: set, depth: int) -> None:
         """Snapshot mutable containers (deeply) and generators held by the model."""

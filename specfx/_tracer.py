@@ -180,9 +180,9 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         # are torch.fx's and specfx's, not walked for try blocks)
         self._leaf_caller: Optional[types.FrameType] = None
         self._own_call_module = type(self).call_module is SpecTracer.call_module
-        # (name, __dict__) of the modules that may hold tensors as plain attributes, when
+        # (name, module) of the modules that may hold tensors as plain attributes, when
         # specfx.trace's StateKeeper has found them already (else _held scans every module)
-        self.attribute_holders: Optional[list[Tuple[str, Dict[str, Any]]]] = None
+        self.attribute_holders: Optional[list[Tuple[str, torch.nn.Module]]] = None
         # frames that compare type(x), checked again when they return (_check_returned_frames)
         self._watched_frames: Dict[int, types.FrameType] = {}
 
@@ -339,11 +339,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         the graph (without examples buffers stay tensors, as in torch.fx)."""
         if self._evaluating or not isinstance(attr_val, torch.Tensor) or not self._is_tracing():
             return attr_val  # (reads inside leaf modules being run come first: they are the many)
-        if self._state_names is None:
-            self._state_names = {id(p): n for n, p in self.root.named_parameters()}
-            self._state_names.update({id(b): n for n, b in self.root.named_buffers()})
         is_parameter = isinstance(attr_val, torch.nn.Parameter)
-        name = self._state_names.get(id(attr_val))
+        name = self.state_name(attr_val)
         # Re-tracing generated code (unpickling, specfx.trace(gm)) proxies buffers too: the code
         # slices them by symbolic sizes (`position_ids[:, :size_1]`), which a tensor cannot take.
         if name is None or not (is_parameter or self.examples is not None or self.proxy_buffer_attributes
@@ -353,6 +350,13 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         if proxy is None:
             proxy = parameter_proxy_cache[name] = self.create_proxy("get_attr", name, (), {})
         return proxy
+
+    def state_name(self, tensor: torch.Tensor) -> Optional[str]:
+        """The qualified name of ``tensor`` among the root's parameters and buffers, if it is one."""
+        if self._state_names is None:
+            self._state_names = {id(p): n for n, p in self.root.named_parameters()}
+            self._state_names.update({id(b): n for n, b in self.root.named_buffers()})
+        return self._state_names.get(id(tensor))
 
     def proxy(self, node: Node) -> ValueProxy:
         """Called to wrap each new node: specfx proxies carry values."""

@@ -70,3 +70,55 @@ def test_the_held_tensors_of_a_traced_model_are_read_at_run_time():
     x = torch.randn(3, 2)
     model.offsets[1].add_(5.0)  # the graph reads the model's tensor, not a trace-time copy
     assert torch.equal(gm(x), model(x))
+
+
+def test_a_parameter_the_model_keeps_in_a_list_is_written_by_the_graph_as_in_eager():
+    """`self.held = [self.lin.weight]`: a write through the alias (`.data.add_`) is read around
+    torch.fx's attribute hook. The trace leaves the weight as it was; the graph writes it on
+    every call, as eager does, and the leaf after it reads the written weight."""
+    import copy
+
+    import specfx
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.held = [self.lin.weight]
+
+        def forward(self, x):
+            self.held[0].data.add_(1)
+            return self.lin(x)
+
+    torch.manual_seed(0)
+    eager = Model()
+    traced = copy.deepcopy(eager)
+    before = traced.lin.weight.detach().clone()
+    x = torch.randn(2, 3)
+    gm = specfx.trace(traced, (x,))
+    assert torch.equal(traced.lin.weight, before)
+    for _ in range(2):
+        assert torch.equal(gm(x), eager(x))
+    assert torch.equal(traced.lin.weight, eager.lin.weight)
+
+
+def test_attributes_of_a_held_tensor_are_read_from_its_node():
+    """`.data` and `.shape` of a tensor held as a plain attribute are read in the graph (they
+    crashed the trace: the attribute's getter reached the torch function mode as `__get__`)."""
+    import specfx
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.ones(3)
+
+        def forward(self, x):
+            self.scale.data.mul_(2)
+            return x * self.scale + self.scale.shape[0]
+
+    eager, traced = Model(), Model()
+    x = torch.randn(3)
+    gm = specfx.trace(traced, (x,))
+    assert torch.equal(traced.scale, torch.ones(3))  # the trace wrote a copy
+    for _ in range(3):
+        assert torch.equal(gm(x), eager(x))

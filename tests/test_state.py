@@ -772,3 +772,27 @@ class TestPrivateDraws:
         torch.manual_seed(0)
         for want, got in zip(expected, gm(x)):
             assert torch.equal(want, got)
+
+
+def test_an_in_place_leaf_on_a_tensor_the_model_holds_writes_a_copy():
+    """`nn.ReLU(inplace=True)` (or a user's leaf) applied to a plain tensor attribute, or one in
+    a list, during the trace writes the trace's copy: the model is as it was, and the graph
+    writes the model's tensor when it runs, as eager does."""
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.relu = nn.ReLU(inplace=True)
+            self.plain = torch.tensor([-1.0, 2.0])
+            self.listed = [torch.tensor([-3.0, 4.0])]
+
+        def forward(self, x):
+            return self.relu(self.plain) + self.relu(self.listed[0]) + x
+
+    traced, eager = Model(), Model()
+    x = torch.ones(2)
+    gm = specfx.trace(traced, (x,))
+    assert torch.equal(traced.plain, torch.tensor([-1.0, 2.0]))
+    assert torch.equal(traced.listed[0], torch.tensor([-3.0, 4.0]))
+    assert torch.equal(gm(x), eager(x))
+    assert torch.equal(traced.plain, eager.plain) and torch.equal(traced.listed[0], eager.listed[0])
