@@ -122,3 +122,35 @@ def test_attributes_of_a_held_tensor_are_read_from_its_node():
     assert torch.equal(traced.scale, torch.ones(3))  # the trace wrote a copy
     for _ in range(3):
         assert torch.equal(gm(x), eager(x))
+
+
+def test_a_torch_leafs_plain_tensor_weight_written_between_two_calls():
+    """A Linear whose weight is a plain tensor (not a Parameter), written through `.data`
+    between two calls of it: the trace leaves it as it was, the second call reads the write,
+    and the graph equals eager call after call."""
+    import copy
+
+    import specfx
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3).eval()
+            weight = self.lin.weight.detach().clone()
+            del self.lin.weight
+            self.lin.weight = weight
+
+        def forward(self, x):
+            first = self.lin(x)
+            self.lin.weight.data.mul_(2)
+            return first, self.lin(x)
+
+    torch.manual_seed(0)
+    traced = Model()
+    eager = copy.deepcopy(traced)
+    before = traced.lin.weight.clone()
+    x = torch.randn(2, 3)
+    gm = specfx.trace(traced, (x,))
+    assert torch.equal(traced.lin.weight, before)
+    for _ in range(2):
+        assert all(torch.equal(a, b) for a, b in zip(gm(x), eager(x)))
