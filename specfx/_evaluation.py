@@ -168,9 +168,18 @@ _MODULE_GLOBALS = torch.nn.modules.module  # (where torch keeps the global hooks
 def may_write_inputs(module: torch.nn.Module) -> bool:
     """Whether calling ``module`` may write its input tensors: it (or a submodule) is
     user-defined or torch's with ``inplace=True``."""
-    if not module._modules:  # (most leaves)
-        return not is_torch_module(module) or module.__dict__.get("inplace") is True
-    return any(not is_torch_module(m) or m.__dict__.get("inplace") is True for m in module.modules())
+    return _in_tree(module, _writes_inputs)
+
+
+def _writes_inputs(module: torch.nn.Module) -> bool:
+    return not is_torch_module(module) or module.__dict__.get("inplace") is True
+
+
+def _in_tree(module: torch.nn.Module, test: Callable[[torch.nn.Module], bool]) -> bool:
+    """Whether ``test`` holds for ``module`` or one of its submodules."""
+    if not module._modules:  # (most leaves: no generator over the tree)
+        return test(module)
+    return any(map(test, module.modules()))
 
 
 def callable_from_torch(target: Any) -> bool:
@@ -188,9 +197,7 @@ def _function_may_draw(target: Any) -> bool:
 def module_may_draw(module: torch.nn.Module) -> bool:
     """Whether calling ``module`` may draw random numbers: it (or a submodule) is
     user-defined, a dropout/RReLU, or has a ``dropout`` probability (attention, RNNs)."""
-    if not module._modules:  # (most leaves: no generator over the tree)
-        return _draws_itself(module)
-    return any(_draws_itself(sub) for sub in module.modules())
+    return _in_tree(module, _draws_itself)
 
 
 def _draws_itself(module: torch.nn.Module) -> bool:

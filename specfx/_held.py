@@ -27,7 +27,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ._evaluation import is_torch_module
-from ._state import module_tree
+from ._state import CONTAINERS, module_tree, tensors_in
 from ._values import ValueProxy
 
 if TYPE_CHECKING:
@@ -62,25 +62,16 @@ def held_tensors(root: Any, holders: Optional[Sequence[Tuple[str, torch.nn.Modul
             value = attributes[key]
             if type(value) in kinds:
                 held.setdefault(id(value), (value, f"{prefix}.{key}" if prefix else key))
-            elif type(value) in _CONTAINERS:
-                for tensor in _tensors_in(value, 2, kinds):
+            elif type(value) in CONTAINERS:
+                for tensor in tensors_in(value, 2, kinds):
                     held.setdefault(id(tensor), (tensor, None))
     return held
 
 
-_CONTAINERS = (list, tuple, dict)
 # (a parameter in a list is the model's own, read around the attribute hook: `self.held[0].data.add_(1)`)
 _HELD_TYPES = (torch.Tensor, torch.nn.Parameter)
 _TENSOR_ONLY = (torch.Tensor,)
 _MODULE_ENTRIES = frozenset(torch.nn.Module().__dict__)
-
-
-def _tensors_in(container: Any, depth: int, kinds: Tuple[type, ...]) -> Iterator[torch.Tensor]:
-    for item in container.values() if type(container) is dict else container:
-        if type(item) in kinds:
-            yield item
-        elif depth > 1 and type(item) in _CONTAINERS:
-            yield from _tensors_in(item, depth - 1, kinds)
 
 
 _GETSET = types.GetSetDescriptorType  # a tensor attribute's getter reaches a mode as its __get__

@@ -45,8 +45,8 @@ import torch.fx
 
 from ._evaluation import INPLACE_FUNCTIONS, PrivateDraws, is_torch_module, module_may_draw, runs_only_torch_code
 
-__all__ = ["NO_STATE", "PrivateGenerators", "StateKeeper", "TraceState", "clone_example", "module_tree",
-           "preserved_state", "restore_contents"]
+__all__ = ["CONTAINERS", "NO_STATE", "PrivateGenerators", "StateKeeper", "TraceState", "clone_example", "module_tree",
+           "preserved_state", "restore_contents", "tensors_in"]
 
 
 # -- example inputs --------------------------------------------------------------------------
@@ -261,8 +261,8 @@ class TraceState:
             for value in (*module._parameters.values(), *module._buffers.values(), *module.__dict__.values()):
                 if isinstance(value, torch.Tensor) and id(value) not in self._private:
                     self._note(value)
-                elif type(value) in (list, tuple, dict):  # (and in containers, two levels down, as _held finds them)
-                    for item in _tensors_in(value, 2):
+                elif type(value) in CONTAINERS:  # (and in containers, two levels down, as _held finds them)
+                    for item in tensors_in(value, 2):
                         if id(item) not in self._private:
                             self._note(item)
 
@@ -383,12 +383,17 @@ class TraceState:
                                       for m in children.values())
 
 
-def _tensors_in(container: Any, depth: int) -> Iterator[torch.Tensor]:
+CONTAINERS = (list, tuple, dict)  # the containers of a model's tensors that a trace looks into
+
+
+def tensors_in(container: Any, depth: int, kinds: Optional[Tuple[type, ...]] = None) -> Iterator[torch.Tensor]:
+    """The tensors in a list, tuple or dict (and in those it holds, ``depth`` levels in all):
+    those of exactly the classes ``kinds``, or every tensor."""
     for item in container.values() if type(container) is dict else container:
-        if isinstance(item, torch.Tensor):
+        if isinstance(item, torch.Tensor) if kinds is None else type(item) in kinds:
             yield item
-        elif depth > 1 and type(item) in (list, tuple, dict):
-            yield from _tensors_in(item, depth - 1)
+        elif depth > 1 and type(item) in CONTAINERS:
+            yield from tensors_in(item, depth - 1, kinds)
 
 
 def _may_write_buffers(module: torch.nn.Module) -> bool:
