@@ -27,7 +27,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ._evaluation import is_torch_module
-from ._state import CONTAINERS, module_tree, tensors_in
+from ._state import module_tree, tensors_in
 from ._values import ValueProxy
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def held_tensors(root: Any, holders: Optional[Sequence[Tuple[str, torch.nn.Modul
             value = attributes[key]
             if type(value) in kinds:
                 held.setdefault(id(value), (value, f"{prefix}.{key}" if prefix else key))
-            elif type(value) in CONTAINERS:
+            else:
                 for tensor in tensors_in(value, 2, kinds):
                     held.setdefault(id(tensor), (tensor, None))
     return held

@@ -38,15 +38,15 @@ import random
 import sys
 import types
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.fx
 
 from ._evaluation import INPLACE_FUNCTIONS, PrivateDraws, is_torch_module, module_may_draw, runs_only_torch_code
 
-__all__ = ["CONTAINERS", "NO_STATE", "PrivateGenerators", "StateKeeper", "TraceState", "clone_example", "module_tree",
-           "preserved_state", "restore_contents", "tensors_in"]
+__all__ = ["NO_STATE", "PrivateGenerators", "StateKeeper", "TraceState", "clone_example", "module_tree",
+           "contents", "preserved_state", "restore_contents", "tensors_in"]
 
 
 # -- example inputs --------------------------------------------------------------------------
@@ -261,7 +261,7 @@ class TraceState:
             for value in (*module._parameters.values(), *module._buffers.values(), *module.__dict__.values()):
                 if isinstance(value, torch.Tensor) and id(value) not in self._private:
                     self._note(value)
-                elif type(value) in CONTAINERS:  # (and in containers, two levels down, as _held finds them)
+                elif type(value) not in _SCALAR_ATTRIBUTES:  # (and in containers, two levels down, as _held finds them)
                     for item in tensors_in(value, 2):
                         if id(item) not in self._private:
                             self._note(item)
@@ -383,16 +383,32 @@ class TraceState:
                                       for m in children.values())
 
 
-CONTAINERS = (list, tuple, dict)  # the containers of a model's tensors that a trace looks into
+def contents(value: Any) -> Optional[Iterable[Any]]:
+    """What a trace looks into for tensors the model holds: the items of a list, tuple or
+    dict, and the attributes of a plain object (a ``types.SimpleNamespace``, a user's config
+    class); None for anything else (tensors, modules, classes, torch's and Python's objects)."""
+    kind = type(value)
+    if kind is dict:
+        return value.values()
+    if kind is list or kind is tuple:
+        return value
+    if kind.__module__ in _OPAQUE_MODULES or kind.__module__.startswith("torch") or isinstance(
+            value, (torch.nn.Module, type, types.ModuleType)):
+        return None
+    attributes = getattr(value, "__dict__", None)
+    return attributes.values() if type(attributes) is dict else None
+
+
+_OPAQUE_MODULES = frozenset({"builtins", "functools", "collections", "enum", "typing", "abc"})
 
 
 def tensors_in(container: Any, depth: int, kinds: Optional[Tuple[type, ...]] = None) -> Iterator[torch.Tensor]:
-    """The tensors in a list, tuple or dict (and in those it holds, ``depth`` levels in all):
-    those of exactly the classes ``kinds``, or every tensor."""
-    for item in container.values() if type(container) is dict else container:
+    """The tensors in what :func:`contents` looks into (and in what those hold, ``depth``
+    levels in all): those of exactly the classes ``kinds``, or every tensor."""
+    for item in contents(container) or ():
         if isinstance(item, torch.Tensor) if kinds is None else type(item) in kinds:
             yield item
-        elif depth > 1 and type(item) in CONTAINERS:
+        elif depth > 1 and type(item) not in _SCALAR_ATTRIBUTES:
             yield from tensors_in(item, depth - 1, kinds)
 
 

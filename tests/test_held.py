@@ -154,3 +154,30 @@ def test_a_torch_leafs_plain_tensor_weight_written_between_two_calls():
     assert torch.equal(traced.lin.weight, before)
     for _ in range(2):
         assert all(torch.equal(a, b) for a, b in zip(gm(x), eager(x)))
+
+
+def test_a_tensor_in_a_plain_object_the_model_holds_is_read_and_written_by_the_graph():
+    """`self.cfg = SimpleNamespace(scale=...)`: a tensor inside a plain object is the model's
+    too. An in-place op on it during the trace writes a copy (the model is as it was), and the
+    graph writes the object's tensor on every call, as eager does."""
+    import copy
+    import types
+
+    import specfx
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cfg = types.SimpleNamespace(scale=torch.ones(3), name="cfg")
+
+        def forward(self, x):
+            self.cfg.scale.mul_(2)
+            return x * self.cfg.scale
+
+    traced = Model()
+    eager = copy.deepcopy(traced)
+    x = torch.randn(3)
+    gm = specfx.trace(traced, (x,))
+    assert torch.equal(traced.cfg.scale, torch.ones(3))
+    for _ in range(3):
+        assert torch.equal(gm(x), eager(x))
