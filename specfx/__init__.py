@@ -9,9 +9,11 @@ recorded, explained and guarded.
 2
 """
 
+import sys
+
 from . import guards  # noqa: F401 - the public module of the guard functions
-from ._export import export
-from ._decisions import Specialization
+from .integrations.export import export
+from ._graph.specialization import Specialization
 from .guards import (  # noqa: F401 - generated graph code imports the guards from here
     GuardKind,
     guard_device,
@@ -36,16 +38,19 @@ from .guards import (  # noqa: F401 - generated graph code imports the guards fr
     guard_type,
     guard_value,
 )
-from ._policy import Policy, Specialize
-from ._structure import flatten_inputs, rebuild_outputs  # noqa: F401 - called by generated graph code
-from ._records import rebuild_graph_module  # noqa: F401 - named by pickles of traced graphs
-from ._retrace import call_function, call_method, getitem  # noqa: F401 - called by generated graph code
-from ._caught import raise_caught  # noqa: F401 - called by generated graph code
-from ._report import explain, specializations
-from ._scope import specialize
-from ._specializer import Specializer
-from ._trace import trace
-from ._tracer import SpecTracer
+from ._policy.policy import Policy, Specialize
+from ._graph.structure import flatten_inputs, rebuild_outputs  # noqa: F401 - called by generated graph code
+from ._graph.records import keep_records, rebuild_graph_module  # noqa: F401 - named by pickles of traced graphs
+from ._frames.source import SourceLocation  # noqa: F401 - named by pickles of records
+from ._graph.retrace import call_function, call_method, getitem  # noqa: F401 - called by generated graph code
+from ._graph.caught import raise_caught  # noqa: F401 - called by generated graph code
+from ._frames.caught import rebuild_caught  # noqa: F401 - named by pickles of marked graphs
+from ._graph.report import explain, specializations
+from ._policy.scope import specialize
+from ._specializer.specializer import Specializer
+from ._trace.trace import trace
+from ._capture.tracer import SpecTracer, autocast_enabled  # noqa: F401 - called by generated graph code
+from ._trace.options import check_concrete_arg, check_input_type, default_argument  # noqa: F401 - called by generated graph code
 from .errors import (
     GuardError,
     SpecfxError,
@@ -79,3 +84,9 @@ __all__ = [
     "specialize",
     "trace",
 ]
+
+# Graphs pickled by 0.1 and 0.2 name private module paths of their time: keep them loadable.
+from ._graph.legacy import install_legacy_paths
+
+install_legacy_paths(sys.modules[__name__])
+del install_legacy_paths

@@ -23,7 +23,6 @@ True
 
 from __future__ import annotations
 
-import enum
 import functools
 import math
 import operator
@@ -34,6 +33,9 @@ import torch
 from torch.fx.node import has_side_effect
 from torch.fx.proxy import Proxy
 
+from ._checks.kinds import GuardKind, fingerprint, type_name
+from ._checks.lowered import LOWERINGS
+from ._policy.messages import describe_identity, guard_failure
 from .errors import GuardError
 
 __all__ = [
@@ -64,51 +66,7 @@ __all__ = [
 ]
 
 
-class GuardKind(str, enum.Enum):
-    """What a decision read from an example value (and so which guard checks it).
-
-    A ``str`` enum: ``GuardKind.LEN == "len"``, so records saved by 0.1 (whose kinds
-    were plain strings) compare equal to the members.
-
-    >>> GuardKind("iter") is GuardKind.ITER, str(GuardKind.ITER)
-    (True, 'iter')
-    """
-
-    ITER = "iter"  # iterating: a loop, *t, tuple(t)
-    UNPACK = "unpack"  # a, b = t (the code fixes the count)
-    LEN = "len"
-    BOOL = "bool"
-    SHAPE = "shape"
-    SIZE = "size"
-    NDIM = "ndim"
-    NUMEL = "numel"
-    INT = "int"
-    INDEX = "index"
-    FLOAT = "float"
-    ITEM = "item"
-    TOLIST = "tolist"
-    KEYS = "keys"
-    DTYPE = "dtype"
-    DEVICE = "device"
-    LAYOUT = "layout"
-    IS_NONE = "is_none"
-    IS_TENSOR = "is_tensor"
-    TYPE = "type"  # type(x) / isinstance(x, C) of a value
-    VALUE = "value"  # a Python input's value read by identity, hashing or formatting
-    GRAD_ENABLED = "grad_enabled"  # torch.is_grad_enabled() read by the code
-    HAS_ATTR = "has_attr"  # an input lacked an attribute the code asked for
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, format_spec: str) -> str:  # f"{kind}" reads "len" on every Python version
-        return str(self.value).__format__(format_spec)
-
-
 _G = TypeVar("_G", bound=Callable[..., None])
-
-# guard -> its torch.compile / torch.export form; filled in by specfx/_export.py
-COMPILED: Dict[Callable[..., Any], Callable[..., None]] = {}
 
 
 def _guard(check: _G) -> _G:
@@ -124,7 +82,7 @@ def _guard(check: _G) -> _G:
             return value.tracer.create_proxy("call_function", guard, (value, *args), {})
         if torch.compiler.is_compiling() and guard in COMPILED:
             # torch.compile / torch.export: a Python check would break the graph or run once on
-            # fake values; emit the export-native assertion instead (specfx/_export.py owns it)
+            # fake values; emit the export-native assertion instead (specfx/_checks/lowered.py)
             return COMPILED[guard](value, *args)
         try:
             return check(value, *args)
@@ -165,16 +123,8 @@ def _register_side_effects(node_module: str) -> None:
 def _fail(
     what: str, expected: Any, actual: Any, where: str, *, claim: str = "", observed: str = ""
 ) -> NoReturn:
-    assumption = claim or f"{what} == {expected!r}"
-    observation = observed or f"{what} == {actual!r}"
     raise GuardError(
-        f"specfx guard failed: the graph was traced assuming {assumption}, "
-        f"but for this input {observation}.\n"
-        f"  assumed at {where}\n"
-        f"The graph is only valid for inputs that keep this assumption. Retrace with an "
-        f"example input like this one (specfx.trace(model, example_inputs, policy=...)), "
-        f"let specfx.Specializer(model, policy) keep one graph per set of assumptions, "
-        f"or narrow the policy so that this value stays symbolic.",
+        guard_failure(what, expected, actual, where, claim=claim, observed=observed),
         expression=what,
         expected=expected,
         actual=actual,
@@ -334,13 +284,6 @@ def guard_is_tensor(value: Any, expected: bool, what: str, where: str) -> None:
               observed=f"{what} is a {type(value).__name__}")
 
 
-def describe_identity(kind: str, subject: str, holds: bool) -> str:
-    """``x is None`` / ``x is not None`` / ``x is a Tensor`` / ``x is not a Tensor``."""
-    if kind == "is_none":
-        return f"{subject} is None" if holds else f"{subject} is not None"
-    return f"{subject} is a Tensor" if holds else f"{subject} is not a Tensor"
-
-
 
 
 @_guard
@@ -351,12 +294,6 @@ def guard_layout(value: Any, expected: str, what: str, where: str) -> None:
         _fail(what, expected, actual, where)
 
 
-def type_name(value: Any) -> str:
-    """The qualified name of ``type(value)`` (what :func:`guard_type` compares)."""
-    cls = type(value)
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 @_guard
 def guard_type(value: Any, expected: str, what: str, where: str) -> None:
     """Fail unless ``type(value)`` is the class named ``expected`` (e.g. ``"torch.Tensor"``)."""
@@ -364,16 +301,6 @@ def guard_type(value: Any, expected: str, what: str, where: str) -> None:
     if actual != expected:
         _fail(what, expected, actual, where, claim=f"type({what}) is {expected}",
               observed=f"type({what}) is {actual}")
-
-
-def fingerprint(value: Any) -> Any:
-    """What :func:`guard_value` compares: a literal as itself, anything else (an enum
-    member, an object) as its type's qualified name and its repr."""
-    if type(value) in (bool, int, float, complex, str, bytes, type(None)):
-        return value
-    if type(value) in (tuple, list):
-        return type(value)(fingerprint(item) for item in value)
-    return f"{type_name(value)}:{value!r}"
 
 
 @_guard
@@ -427,5 +354,10 @@ GUARDS: Mapping[GuardKind, Callable[..., None]] = {
     GuardKind.HAS_ATTR: guard_has_attr,
 }
 GUARD_FUNCTIONS: frozenset = frozenset(GUARDS.values())
+# guard function -> its torch.compile / torch.export form (kinds sharing a guard share it); a
+# kind added without a lowering keeps its Python guard (export refuses it, tests fail)
+COMPILED: Mapping[Callable[..., None], Callable[..., None]] = {
+    GUARDS[kind]: LOWERINGS[kind] for kind in GUARDS if kind in LOWERINGS
+}
 # guard function -> the kind its GuardErrors carry (the last kind using it: guard_len -> LEN)
 _KIND_OF_GUARD: Dict[Callable[..., None], GuardKind] = {guard: kind for kind, guard in GUARDS.items()}

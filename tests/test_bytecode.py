@@ -1,4 +1,4 @@
-"""specfx._bytecode's reading of model code's try blocks (exception tables, Python >= 3.11)."""
+"""specfx._frames.bytecode's reading of model code's try blocks (exception tables, Python >= 3.11)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from specfx._bytecode import clause_types, exception_handlers, type_checks
+from specfx._frames.bytecode import clause_types, exception_handlers, type_checks
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="exception tables are Python >= 3.11")
 

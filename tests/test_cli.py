@@ -109,7 +109,7 @@ class TestExplainLoadsSafely:
 
     def test_records_of_every_value_type(self, tmp_path):
         """Records holding dtypes, devices, tuples and floats read back equal."""
-        from specfx._safe_load import read_specializations
+        from specfx._graph.safe_load import read_specializations
 
         def f(x, mask=None):
             if x.dtype == torch.float32 and x.device.type == "cpu" and mask is None:

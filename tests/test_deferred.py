@@ -10,7 +10,7 @@ from torch import nn
 
 import specfx
 from specfx import Policy, SpecializationError
-from specfx._deferred import DeferredValues
+from specfx._capture.deferred import DeferredValues
 from tools.bench_models import BertLike, Chain, ResidualNormBlocks, SmallResNet, sequential_mlp_blocks
 
 

@@ -13,7 +13,7 @@ from torch.export import Dim
 
 import specfx
 from specfx import GuardError, Policy, SpecializationError, SpecializationWarning
-from specfx._export import LOWERINGS, lower_guards
+from specfx.integrations.export import LOWERINGS, lower_guards
 from specfx.guards import GUARDS
 
 from tools import export_compare as compare  # the models of the docs' table

@@ -1,9 +1,9 @@
-"""Which tensors ``specfx._held`` treats as held by the model (read by the graph at run time)."""
+"""Which tensors ``specfx._capture.held`` treats as held by the model (read by the graph at run time)."""
 
 import torch
 from torch import nn
 
-from specfx._held import held_tensors
+from specfx._capture.held import held_tensors
 
 
 def test_plain_and_contained_tensors_are_held_but_parameters_and_buffers_are_not():
@@ -32,7 +32,7 @@ def test_the_state_keepers_holders_find_what_a_full_scan_finds():
     """specfx.trace scans only the modules whose attributes are more than numbers, strings,
     flags and sizes (found by the StateKeeper in C); that must miss no held tensor: one in a
     torch module's attribute, one in a tuple among sizes, one in a dict, one two levels down."""
-    from specfx._state import StateKeeper
+    from specfx._capture.state import StateKeeper
 
     class Block(nn.Module):
         def __init__(self):

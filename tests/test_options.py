@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import specfx
-import specfx._check
+import specfx._trace.check
 from specfx import Policy
 
 
@@ -78,7 +78,7 @@ class TestOptions:
 
 class TestCheckInputsIsExact:
     def test_values_bit_for_bit(self):
-        compare = specfx._check.compare_outputs
+        compare = specfx._trace.check.compare_outputs
         one = torch.tensor([1.0])
         assert compare(one, one.clone()) is None
         assert "values differ" in compare(one, torch.nextafter(one, torch.tensor([2.0])))
@@ -87,16 +87,16 @@ class TestCheckInputsIsExact:
 
     def test_a_tolerance_only_when_asked(self):
         one = torch.tensor([1.0])
-        assert specfx._check.compare_outputs(one, one + 1e-7, (1e-5, 1e-6)) is None
+        assert specfx._trace.check.compare_outputs(one, one + 1e-7, (1e-5, 1e-6)) is None
 
     def test_dtype_and_requires_grad(self):
-        compare = specfx._check.compare_outputs
+        compare = specfx._trace.check.compare_outputs
         assert "shape/dtype" in compare(torch.ones(2), torch.ones(2, dtype=torch.float64))
         assert "requires_grad" in compare(torch.ones(2), torch.ones(2, requires_grad=True))
 
     def test_aliasing(self):
         x = torch.ones(2)
-        problem = specfx._check._compare_aliasing(((x,), {}), x, ((x.clone(),), {}), torch.ones(2))
+        problem = specfx._trace.check._compare_aliasing(((x,), {}), x, ((x.clone(),), {}), torch.ones(2))
         assert "shares memory with nothing in the graph, with input leaf 0 in eager" in problem
 
     def test_a_model_returning_its_input_checks_clean(self):

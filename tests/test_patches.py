@@ -1,4 +1,4 @@
-"""specfx._patches: every global change specfx makes while tracing is confined to
+"""specfx._capture.patches: every global change specfx makes while tracing is confined to
 the tracing thread and undone to exactly what was there before."""
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ import torch.fx._symbolic_trace as fx_trace
 from torch import nn
 
 import specfx
-from specfx import _patches
-
-
+from specfx._capture import patches as _patches
 class UsersIsinstance:
     """A user's (or another library's) own isinstance patch, counting its calls."""
 

@@ -1,4 +1,4 @@
-"""Tests for ``specfx.Specialize``, ``specfx.Policy`` and ``specfx._policy.resolve``."""
+"""Tests for ``specfx.Specialize``, ``specfx.Policy`` and ``specfx._policy.policy.resolve``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import specfx
 from specfx import Policy, Specialize
-from specfx._policy import Layer, resolve
+from specfx._policy.policy import Layer, resolve
 
 SINGLE_FLAGS = [Specialize.ITER_LEN, Specialize.BOOL, Specialize.SHAPES, Specialize.SCALARS]
 KEYWORDS = {"iter": Specialize.ITER_LEN, "bool": Specialize.BOOL, "shapes": Specialize.SHAPES,
@@ -555,7 +555,7 @@ class TestPolicyScopes:
 
 
 class TestResolve:
-    """``specfx._policy.resolve``: folding a stack of layers."""
+    """``specfx._policy.policy.resolve``: folding a stack of layers."""
 
     def test_empty_stack(self):
         """No layers grant nothing and no flag has a decider."""

@@ -33,7 +33,7 @@ class TestPublicAPI:
             "autowrap_functions: 'Tuple[Callable[..., Any], ...]' = (), "
             f"autowrap_modules: 'Tuple[types.ModuleType, ...]' = ({math!r},), "
             "trace_through: 'Optional[Iterable[Any]]' = None, "
-            "tracer_class: 'Type[SpecTracer]' = <class 'specfx._tracer.SpecTracer'>) "
+            "tracer_class: 'Type[SpecTracer]' = <class 'specfx.SpecTracer'>) "
             "-> 'torch.fx.GraphModule'"
         )
 
@@ -140,7 +140,9 @@ class TestTree:
 
         root = pathlib.Path(__file__).resolve().parent.parent
         text = (root / "docs" / "architecture.md").read_text()
-        modules = [p for folder in ("specfx", "tools") for p in sorted((root / folder).glob("*.py"))
-                   if p.name != "__init__.py"]
-        missing = [f"{p.parent.name}/{p.name}" for p in modules if f"`{p.name}`" not in text]
+        package = root / "specfx"
+        # specfx's modules by their path in the package (`_capture/tracer.py`), tools' by name
+        named = [p.relative_to(package).as_posix() for p in sorted(package.rglob("*.py")) if p.name != "__init__.py"]
+        tools = [p.name for p in sorted((root / "tools").glob("*.py")) if p.name != "__init__.py"]
+        missing = [name for name in named + tools if f"`{name}`" not in text]
         assert missing == [], "add a row to docs/architecture.md for each"

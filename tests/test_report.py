@@ -14,7 +14,7 @@ import specfx
 from specfx import Policy, explain
 
 from specfx._guards import Specialization
-from specfx._source import SourceLocation
+from specfx._frames.source import SourceLocation
 
 from .models import SplitCat
 

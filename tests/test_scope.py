@@ -11,7 +11,7 @@ from torch import nn
 
 import specfx
 from specfx import Policy, SpecializationError, Specialize, specialize
-from specfx._scope import annotations_active, current_layers
+from specfx._policy.scope import annotations_active, current_layers
 
 TIMEOUT = 10  # seconds a thread may wait at a barrier before the test fails
 

@@ -25,7 +25,7 @@ from torch.fx.node import Node, map_aggregate
 from torch.fx.proxy import TraceError
 
 import specfx
-from specfx._options import ENTRY_CHECKS  # input type/concrete_args checks at graph entry
+from specfx._trace.options import ENTRY_CHECKS  # input type/concrete_args checks at graph entry
 from specfx import Policy, SpecializationError
 
 

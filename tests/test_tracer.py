@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import specfx
-from specfx._options import ENTRY_CHECKS  # the input type check at graph entry
+from specfx._trace.options import ENTRY_CHECKS  # the input type check at graph entry
 from specfx import GuardError, Policy, SpecializationError, Specialize, specialize
 
 from .models import Branchy, Flatten, Loop, Optional, Scalars, SplitCat, line_of
@@ -591,7 +591,7 @@ class TestUserTerms:
 
 
 class TestBytecodeForms:
-    """Per-version bytecode knowledge lives in one table (specfx._bytecode)."""
+    """Per-version bytecode knowledge lives in one table (specfx._frames.bytecode)."""
 
     @staticmethod
     def _listing(*ops):
@@ -610,7 +610,7 @@ class TestBytecodeForms:
 
     def test_python_3_14_spells_small_ints_and_subscripts_differently(self):
         """3.14 loads small ints with LOAD_SMALL_INT and subscripts with BINARY_OP []."""
-        from specfx._bytecode import constant_subscript, forms_for
+        from specfx._frames.bytecode import constant_subscript, forms_for
 
         new = self._listing(("LOAD_ATTR", "shape", "shape"), ("LOAD_SMALL_INT", 1, "1"), ("BINARY_OP", 26, "[]"))
         old = self._listing(("LOAD_ATTR", "shape", "shape"), ("LOAD_CONST", 1, "1"), ("BINARY_SUBSCR", None, ""))
@@ -630,3 +630,52 @@ class TestSymbolicFormatting:
             return x + 1
 
         assert specfx.trace(f).code == torch.fx.symbolic_trace(f).code
+
+
+class TestFramesTakenAtTheEntry:
+    """The frame a decision reads (to see `a, b = t` or `x.shape[1]`) is taken where the value is
+    demanded and handed down: a wrapper between the dunder and the tracer's hook changes nothing."""
+
+    class WrappingTracer(specfx.SpecTracer):
+        """A subclass whose hooks add a frame on the path, as extensions do."""
+
+        def iter(self, obj, frame=None):
+            return super().iter(obj, frame)
+
+        def read_attribute(self, proxy, name, attribute, frame=None):
+            return super().read_attribute(proxy, name, attribute, frame)
+
+    def test_unpacking_is_seen_through_a_wrapper(self):
+        """`a, b = torch.chunk(...)` is fixed by the code (no flag needed) under a wrapping tracer."""
+
+        def f(x):
+            a, b = torch.chunk(x, 2)
+            return a * b
+
+        for tracer_class in (specfx.SpecTracer, self.WrappingTracer):
+            gm = specfx.trace(f, torch.ones(4, 2), tracer_class=tracer_class)
+            assert [str(s.kind) for s in gm.specializations] == ["unpack"]
+            assert torch.equal(gm(torch.arange(6.0).view(6, 1)), f(torch.arange(6.0).view(6, 1)))
+
+    def test_one_dimension_is_seen_through_a_wrapper(self):
+        """`x.shape[1]` decides dimension 1 alone (not the whole shape) under a wrapping tracer."""
+
+        def f(x):
+            return x.view(-1, x.shape[1])
+
+        for tracer_class in (specfx.SpecTracer, self.WrappingTracer):
+            gm = specfx.trace(f, torch.ones(2, 3), policy=Policy(shapes=True), tracer_class=tracer_class)
+            assert [(str(s.kind), s.value) for s in gm.specializations] == [("size", 3)]
+            assert gm(torch.ones(5, 3)).shape == (5, 3)  # another batch size: only dim 1 is guarded
+
+    def test_grad_mode_read_is_seen_through_a_patch_dispatcher(self):
+        """`torch.is_grad_enabled()` in model code is a guarded read however many of specfx's own
+        frames (its patch dispatcher) lie between the model and the patched function."""
+
+        def f(x):
+            return x * 2 if torch.is_grad_enabled() else x
+
+        gm = specfx.trace(f, torch.ones(2), policy=Policy(bool=True))
+        assert [str(s.kind) for s in gm.specializations] == ["grad_enabled"]
+        with torch.no_grad(), pytest.raises(GuardError, match="is_grad_enabled"):
+            gm(torch.ones(2))

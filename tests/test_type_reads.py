@@ -1,4 +1,4 @@
-"""specfx._type_reads: user code's isinstance() sees a traced value's class, torch sees a
+"""specfx._frames.type_reads: user code's isinstance() sees a traced value's class, torch sees a
 Proxy, and nothing global is patched (builtins.isinstance and torch.is_tensor stay put)."""
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ import torch
 from torch import nn
 
 import specfx
-from specfx import _bytecode
-
-
+from specfx._frames import bytecode as _bytecode
 def trace_and_check(f, *examples):
     gm = specfx.trace(f, examples)
     assert gm(*examples) == f(*examples)

@@ -20,7 +20,7 @@ from torch import nn
 
 import specfx
 from specfx import Policy
-from specfx._variants import Writes
+from specfx._specializer.variants import Writes
 
 
 class HalvesThroughData(nn.Module):

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 # the README's seed example (split, then *-unpack into a call): one definition, the demo's
-from specfx._demo import TestModule
+from specfx.cli.demo import TestModule
 
 __all__ = [
     "BertLike", "Chain", "ChainBlock", "GatedMLP", "GuardedCNN", "GuardedTransformer", "MultiInput",

@@ -74,8 +74,11 @@ class Phases:
         import torch.fx
         import torch.fx.graph_module as graph_module
 
-        from specfx import _state, _trace, _tracer
+        from specfx._capture import state as _state
 
+        from specfx._trace.trace import trace as _trace
+
+        from specfx._capture import tracer as _tracer
         points: List[Tuple[Any, str, str]] = [
             (torch.fx.Tracer, "trace", "Tracer.trace"), (_tracer.SpecTracer, "trace", "Tracer.trace"),
             (_state.StateKeeper, "__init__", "state snapshot"), (_state.StateKeeper, "restore", "state restore"),

@@ -1,0 +1,133 @@
+"""State outside the inputs that traced code reads: grad mode, autocast, Python's and
+numpy's random generators.
+
+While specfx traces with example inputs (patched through :mod:`specfx._capture.patches`, for
+the tracing context only):
+
+- ``torch.is_grad_enabled()`` is a graph node; the code's branch on it is a guarded
+  decision (the graph fails with ``GuardError`` when called in the other mode);
+- ``torch.no_grad()`` / ``torch.enable_grad()`` / ``torch.set_grad_enabled()``
+  regions are recorded as ``torch._C._set_grad_enabled`` nodes, as make_fx does;
+- ``torch.inference_mode()`` and ``torch.autocast()`` regions, and draws from Python's
+  ``random`` and numpy's ``random``, are refused: the graph cannot reproduce them.
+
+(``torch.is_tensor(x)`` needs no patch: it asks ``isinstance``, see _type_reads.py.)
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import types
+from typing import Any, Callable, List, Optional, Tuple
+
+import torch
+from torch.fx.node import has_side_effect
+
+from . import patches as _patches
+from .._frames.source import caller_outside_specfx, is_user_file, user_location
+from .values import value_of
+from ..errors import SpecializationError
+from .session import TraceSession
+from .._policy.messages import refused_inside_code
+
+
+__all__ = ["install"]
+
+has_side_effect(torch._C._set_grad_enabled)  # dead-code elimination must keep the mode switches
+
+_GRAD_MODE_FILE = torch.autograd.grad_mode.__file__
+_PYTHON_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choices", "shuffle", "sample",
+                  "gauss", "normalvariate", "betavariate", "expovariate", "getrandbits", "triangular")
+_NUMPY_RANDOM = ("rand", "randn", "random", "random_sample", "randint", "uniform", "normal", "choice",
+                 "permutation", "shuffle", "binomial", "beta", "poisson", "exponential")
+
+
+def _refusal(what: str, why: str, fix: str) -> SpecializationError:
+    location = user_location()
+    return SpecializationError(refused_inside_code(what, why, fix, location),
+                               operation=what, location=str(location) if location else None)
+
+
+def _refuse_call(tracer: TraceSession, owner: Any, name: str, what: str, why: str, fix: str) -> Callable[..., Any]:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        if not tracer.records_factories():
+            return _patches.previous(owner, name)(*args, **kwargs)
+        tracer.refuse(_refusal(what, why, fix))
+
+    refused.__name__ = name
+    return refused
+
+
+def _caller_file() -> str:
+    """The file of the code that called the patched function (past specfx's own dispatch frames)."""
+    frame = caller_outside_specfx(sys._getframe(1))  # (this frame and the patch are specfx's)
+    return frame.f_code.co_filename if frame is not None else "<unknown>"
+
+
+def install(tracer: TraceSession) -> None:
+    """Patch what the traced code may read of ambient state (see the module docstring)."""
+    def is_grad_enabled() -> Any:
+        original = _patches.previous(torch, "is_grad_enabled")
+        if not tracer.records_factories():
+            return bool(original())
+        caller = _caller_file()
+        if caller == _GRAD_MODE_FILE:
+            # no_grad() & co. remember the mode to restore it on exit: the graph restores the
+            # mode of its own call, so the remembered mode is a node, not the trace's answer
+            return tracer.create_proxy("call_function", original, (), {})
+        if is_user_file(caller):
+            return tracer.read_grad_mode(original)
+        return bool(original())
+
+    def set_grad_enabled(mode: Any) -> None:
+        original = _patches.previous(torch._C, "_set_grad_enabled")
+        original(bool(value_of(mode)) if isinstance(mode, torch.fx.Proxy) else mode)
+        if tracer.records_factories():
+            tracer.create_proxy("call_function", original, (mode,), {})
+
+    def is_autocast_enabled(*args: Any, **kwargs: Any) -> Any:
+        original = _patches.previous(torch, "is_autocast_enabled")
+        if (tracer.records_factories() and len(args) <= 1 and not kwargs and all(isinstance(a, str) for a in args)
+                and is_user_file(_caller_file())):
+            # model code branching on autocast: the trace's answer, guarded like grad mode
+            # (no argument is torch's legacy spelling of "cuda")
+            return tracer.read_autocast(args[0] if args else "cuda")
+        return original(*args, **kwargs)
+
+    _patches.patch(torch, "is_grad_enabled", is_grad_enabled)
+    _patches.patch(torch, "is_autocast_enabled", is_autocast_enabled)
+    _patches.patch(torch._C, "_set_grad_enabled", set_grad_enabled)
+    def enter_autocast(region: Any) -> Any:
+        enter = _patches.previous(torch.autocast, "__enter__")
+        if tracer.records_factories():
+            if getattr(region, "_enabled", True):
+                tracer.refuse(_refusal(
+                    "torch.autocast()", "specfx does not record autocast regions, so the graph would "
+                    "compute in the input dtypes",
+                    "call the traced graph under torch.autocast(...) instead, or cast explicitly in forward"))
+            # a region that turns autocast off (rotary embeddings in fp32) changes nothing unless the
+            # graph is called under autocast: guard that it is not
+            tracer.read_autocast(region.device, assumed=False)
+        return enter(region)
+
+    _patches.patch(torch.autocast, "__enter__", enter_autocast)
+    refusals: List[Tuple[Any, str, str, str, str]] = [
+        (torch.inference_mode, "__enter__", "torch.inference_mode()",
+         "a graph cannot record entering inference mode",
+         "call the traced graph under torch.inference_mode() instead, or use torch.no_grad() in forward"),
+    ]
+    refusals += [(random, name, f"random.{name}()", "Python's random draws would be frozen into the graph",
+                  "draw with torch (torch.rand, torch.randint...), which the graph draws anew on every call")
+                 for name in _PYTHON_RANDOM]
+    numpy_random: Optional[types.ModuleType]
+    try:
+        import numpy.random as numpy_random
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        numpy_random = None
+    if numpy_random is not None:
+        refusals += [(numpy_random, name, f"numpy.random.{name}()", "numpy's random draws would be frozen into "
+                      "the graph", "draw with torch (torch.rand, torch.randint...), which the graph draws anew "
+                      "on every call") for name in _NUMPY_RANDOM]
+    for owner, name, what, why, fix in refusals:
+        _patches.patch(owner, name, _refuse_call(tracer, owner, name, what, why, fix))

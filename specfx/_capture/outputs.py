@@ -1,0 +1,57 @@
+"""Saying which output ``forward`` returned that no FX graph can return.
+
+torch.fx can return tensors, containers of them (tuples, lists, dicts, named
+tuples, dataclasses such as transformers' ``ModelOutput``) and plain constants.
+For anything else it fails deep inside with ``NotImplementedError: argument of
+type: <class ...>``. specfx names the output by its key path and says how to
+avoid it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator, Optional, Tuple
+
+from ..errors import SpecializationError
+from .._policy.messages import unrepresentable_output
+
+__all__ = ["unrepresentable_output_error"]
+
+
+def _leaves(value: Any, path: str) -> Iterator[Tuple[str, Any]]:
+    yield path, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, f"{path}[{key!r}]")
+    elif isinstance(value, (tuple, list)):
+        for index, item in enumerate(value):
+            yield from _leaves(item, f"{path}[{index}]")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from _leaves(getattr(value, field.name, None), f"{path}.{field.name}")
+
+
+def _path_of(output: Any, target: Any) -> Optional[str]:
+    return next((path for path, value in _leaves(output, "output") if value is target), None)
+
+
+def _advice(value: Any) -> str:
+    kind = type(value)
+    if kind.__module__.startswith("transformers.") and "Cache" in kind.__name__:
+        return ("trace with concrete_args={'use_cache': False} (transformers returns a cache when use_cache is "
+                "on, the config's default); the graph then returns no cache, and a call with use_cache=True "
+                "fails its check")
+    return "return tensors (or tuples, lists, dicts and dataclasses of them) from forward"
+
+
+def unrepresentable_output_error(output: Any, value: Any, cause: BaseException) -> Optional[SpecializationError]:
+    """The error to raise when torch.fx cannot turn ``value``, part of ``output``, into
+    a graph argument; ``None`` when ``value`` is not part of the output."""
+    # (without the output at hand, torch.fx's failure is still about a value it cannot hold)
+    path = _path_of(output, value) if output is not None else "a value"
+    if path is None:
+        return None
+    return SpecializationError(
+        unrepresentable_output(path, type(value), cause, _advice(value)),
+        operation=f"returning {path}",
+    )

@@ -1,0 +1,69 @@
+"""The kinds of decision a trace takes from an example value (:class:`GuardKind`, public as
+``specfx.GuardKind``), and how a guard sees the Python values it compares."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+__all__ = ["GuardKind", "fingerprint", "type_name"]
+
+
+class GuardKind(str, enum.Enum):
+    """What a decision read from an example value (and so which guard checks it).
+
+    A ``str`` enum: ``GuardKind.LEN == "len"``, so records saved by 0.1 (whose kinds
+    were plain strings) compare equal to the members.
+
+    >>> GuardKind("iter") is GuardKind.ITER, str(GuardKind.ITER)
+    (True, 'iter')
+    """
+
+    ITER = "iter"  # iterating: a loop, *t, tuple(t)
+    UNPACK = "unpack"  # a, b = t (the code fixes the count)
+    LEN = "len"
+    BOOL = "bool"
+    SHAPE = "shape"
+    SIZE = "size"
+    NDIM = "ndim"
+    NUMEL = "numel"
+    INT = "int"
+    INDEX = "index"
+    FLOAT = "float"
+    ITEM = "item"
+    TOLIST = "tolist"
+    KEYS = "keys"
+    DTYPE = "dtype"
+    DEVICE = "device"
+    LAYOUT = "layout"
+    IS_NONE = "is_none"
+    IS_TENSOR = "is_tensor"
+    TYPE = "type"  # type(x) / isinstance(x, C) of a value
+    VALUE = "value"  # a Python input's value read by identity, hashing or formatting
+    GRAD_ENABLED = "grad_enabled"  # torch.is_grad_enabled() read by the code
+    HAS_ATTR = "has_attr"  # an input lacked an attribute the code asked for
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:  # f"{kind}" reads "len" on every Python version
+        return str(self.value).__format__(format_spec)
+
+
+GuardKind.__module__ = "specfx.guards"  # records pickle their kinds by the public path
+
+
+def type_name(value: Any) -> str:
+    """The qualified name of ``type(value)`` (what :func:`guard_type` compares)."""
+    cls = type(value)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def fingerprint(value: Any) -> Any:
+    """What :func:`guard_value` compares: a literal as itself, anything else (an enum
+    member, an object) as its type's qualified name and its repr."""
+    if type(value) in (bool, int, float, complex, str, bytes, type(None)):
+        return value
+    if type(value) in (tuple, list):
+        return type(value)(fingerprint(item) for item in value)
+    return f"{type_name(value)}:{value!r}"

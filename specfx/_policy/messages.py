@@ -1,0 +1,326 @@
+"""The texts of ``SpecializationError``: what happened, why, how to fix it, where.
+
+Kept apart from the tracer so that the wording, which users read and tests
+pin, lives in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+from .describe import depends_on_text
+from .policy import Resolved, Specialize, keyword_of
+from .._frames.source import SourceLocation
+from ..errors import SpecializationError, compatible_error_class
+
+__all__ = ["caught_error", "caught_error_failure", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "denied_error", "describe_identity", "entry_structure_failure", "exported_guard_failure", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "meta_error", "no_value_error", "refused_inside_code", "short_repr", "short_text", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
+
+# What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
+# code matching on FX's messages keeps working when specfx runs without examples.
+FX_MESSAGES = {
+    Specialize.BOOL: "symbolically traced variables cannot be used as inputs to control flow",
+    Specialize.ITER_LEN: (
+        "Proxy object cannot be iterated. This can be attempted when the Proxy is used "
+        "in a loop or as a *args or **kwargs function argument. See the torch.fx docs on "
+        "pytorch.org for a more detailed explanation of what types of control flow can "
+        "be traced, and check out the Proxy docstring for help troubleshooting Proxy "
+        "iteration errors"
+    ),
+    "len": (
+        "'len' is not supported in symbolic tracing by default. If you want this call "
+        "to be recorded, please call torch.fx.wrap('len') at module scope"
+    ),
+}
+
+
+# The builtin exception torch.fx raises for these operations on a Proxy.
+_FX_EXCEPTION_OF_KIND = {"len": RuntimeError, "int": TypeError, "float": TypeError, "index": TypeError}
+
+
+def _error_class(kind: Optional[str]) -> type:
+    builtin = _FX_EXCEPTION_OF_KIND.get(kind or "")
+    return compatible_error_class(builtin) if builtin else SpecializationError
+
+
+def short_text(text: str, limit: int = 120) -> str:
+    """``text`` on one line, shortened for messages (an exception's own message)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr`` of a traced value, shortened for messages (tensors by shape)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "meta" and value.numel() == 1:
+            return f"tensor({value.item()!r})"
+        return f"Tensor(shape={tuple(value.shape)}, dtype={value.dtype})"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _where(location: Optional[SourceLocation]) -> str:
+    return f"\n  at {location.describe()}" if location else ""
+
+
+def denied_error(
+    operation: str,
+    flag: Specialize,
+    value: Any,
+    location: Optional[SourceLocation],
+    resolved: Resolved,
+    module_path: str,
+    extra_fix: Optional[str] = None,
+    kind: Optional[str] = None,
+    depends_on: Tuple[str, ...] = (),
+) -> SpecializationError:
+    """The error for an operation whose flag the policy in force does not grant."""
+    keyword = keyword_of(flag)
+    decider = resolved.decider(flag)
+    if decider is not None and flag in decider.policy.denied:
+        why = f"Specialize.{flag.name} is forbidden here by {decider.origin}"
+        fixes = [f"remove {keyword}=False from {decider.origin}, or keep `{operation}` out of that code"]
+    else:
+        why = f"Specialize.{flag.name} is not allowed by the policy in force"
+        fixes = [f"pass policy=Policy({keyword}=True) to specfx.trace"]
+        if location is not None and not location.filename.startswith("<"):
+            fixes.append(f"decorate {location.function} with @specialize({keyword}=True)")
+        if module_path:
+            fixes.append(
+                f"allow it in this submodule only: Policy(scopes={{{module_path!r}: Policy({keyword}=True)}})"
+            )
+    if extra_fix:
+        fixes.append(extra_fix)
+    message = (
+        f"{operation} ({depends_on_text(depends_on)}) needs a concrete value "
+        f"(traced value: {short_repr(value)}), but {why}.\n"
+        f"Fix: {'; or '.join(fixes)}."
+        f"{_where(location)}"
+    )
+    return _error_class(kind)(
+        message, operation=operation, flag=flag, value=value, location=str(location) if location else None
+    )
+
+
+def no_value_error(
+    operation: str, flag: Any, location: Optional[SourceLocation], name: str, kind: Optional[str] = None
+) -> SpecializationError:
+    """The error for an operation on a value traced without example inputs."""
+    keyword = keyword_of(flag) if isinstance(flag, Specialize) else "iter"
+    fx_message = FX_MESSAGES.get(kind if kind in FX_MESSAGES else flag, "")
+    message = (
+        f"{operation} needs a concrete value, but `{name}` was traced without example inputs, "
+        f"so it has none{f' ({fx_message})' if fx_message else ''}.\n"
+        f"Fix: pass representative example inputs, e.g. specfx.trace(model, (example_input,), "
+        f"policy=Policy({keyword}=True)), so the value can be specialized and guarded."
+        f"{_where(location)}"
+    )
+    real_flag = flag if isinstance(flag, Specialize) else Specialize.ITER_LEN
+    return _error_class(kind)(
+        message, operation=operation, flag=real_flag, value=None, location=str(location) if location else None
+    )
+
+
+def meta_error(
+    operation: str, flag: Specialize, location: Optional[SourceLocation], name: str, kind: Optional[str] = None
+) -> SpecializationError:
+    """The error for a data-dependent decision on a tensor on the meta device."""
+    message = (
+        f"{operation} depends on tensor data, but `{name}` is on the meta device: meta tensors "
+        f"carry shapes and dtypes but no data, so there is no value to decide on.\n"
+        f"Fix: trace with real example tensors of the same shapes (e.g. torch.randn), or keep "
+        f"this decision out of the traced code (a leaf module or a torch.fx.wrap'ed function)."
+        f"{_where(location)}"
+    )
+    return _error_class(kind)(
+        message, operation=operation, flag=flag, value=None, location=str(location) if location else None
+    )
+
+
+def caught_error(operation: str, error: BaseException, location: Optional[SourceLocation]) -> SpecializationError:
+    """The error for an op that raised while tracing and whose exception model code caught."""
+    message = (
+        f"`{operation}` raised {type(error).__name__} ({short_repr(str(error), 80)}) on the example "
+        f"inputs and the model code caught it, so the trace took the code's fallback: the graph "
+        f"would keep that fallback even for inputs on which `{operation}` does not raise.\n"
+        f"Fix: trace with example inputs on which it does not raise, or move the try/except out of "
+        f"the traced code (into a leaf module, or around the call of the traced graph)."
+    )
+    return _refusal(message, operation, location)
+
+
+def type_of_traced_value(name: str, value: Any, location: Optional[SourceLocation]) -> SpecializationError:
+    """The error for ``type(x)`` compared (``is``, ``==``, ``in``, ``.__name__``) on a traced value."""
+    kind = f" (its example is of type {type(value).__name__})" if value is not None else ""
+    message = (
+        f"`type({name})` is compared, but `{name}` is a traced value{kind}: while tracing, "
+        f"type() answers specfx's proxy class, so the comparison would take the other branch "
+        f"silently (Python's type() cannot be intercepted).\n"
+        f"Fix: write `isinstance({name}, torch.Tensor)` (or `torch.is_tensor({name})`, or "
+        f"`isinstance({name}, <class>)`), which specfx answers as the value does and guards."
+    )
+    return _refusal(message, f"type({name})", location)
+
+
+def unknown_type_reader_error(name: str, value: Any, location: SourceLocation) -> SpecializationError:
+    """The error for a call in user code that reads a traced value's class while specfx
+    cannot tell from the bytecode which function it calls (isinstance, or a torch function)."""
+    message = (
+        f"this line calls a computed function (a subscript, a call's result, a property) that asks "
+        f"whether `{name}` (traced value: {type(value).__name__}) is an instance of a class; specfx "
+        f"cannot tell whether it is isinstance(), which must see the {type(value).__name__}, or a torch "
+        f"function, which must see the traced Proxy.\n"
+        f"Fix: call it through a plain name or module attribute (`check = fns[0]; check(x, ...)`, "
+        f"`torch.add(x, y)`), or call isinstance() itself."
+    )
+    return _refusal(message, f"a class check of `{name}`", location)
+
+
+def identity_of_traced_number(name: str, value: Any, location: Optional[SourceLocation]) -> SpecializationError:
+    """The error for ``x is <value>`` / ``id(x)`` on a traced Python number."""
+    message = (
+        f"`{name}` is compared by identity (`is`, `is not` or `id()`), but it is a traced "
+        f"{type(value).__name__} (example {value!r}): while tracing it is specfx's proxy, never the "
+        f"same object as another value, so the test would answer differently from eager silently "
+        f"(Python's `is` cannot be intercepted).\n"
+        f"Fix: compare values, `{name} == ...` (specfx answers it from the value and guards it)."
+    )
+    return _refusal(message, f"{name} is ...", location)
+
+
+def _refusal(message: str, operation: str, location: Optional[SourceLocation]) -> SpecializationError:
+    """A refusal that is no policy flag's: the message, then where it happened."""
+    return SpecializationError(message + _where(location), operation=operation, flag=None, value=None,
+                               location=str(location) if location else None)
+
+
+def describe_identity(kind: str, subject: str, holds: bool) -> str:
+    """``x is None`` / ``x is not None`` / ``x is a Tensor`` / ``x is not a Tensor``."""
+    if kind == "is_none":
+        return f"{subject} is None" if holds else f"{subject} is not None"
+    return f"{subject} is a Tensor" if holds else f"{subject} is not a Tensor"
+
+
+def guard_failure(what: str, expected: Any, actual: Any, where: str, *, claim: str = "",
+                  observed: str = "") -> str:
+    """The message of a guard that failed at call time: the assumption, what this input gives,
+    the user's line, and the ways out."""
+    assumption = claim or f"{what} == {expected!r}"
+    observation = observed or f"{what} == {actual!r}"
+    return (
+        f"specfx guard failed: the graph was traced assuming {assumption}, "
+        f"but for this input {observation}.\n"
+        f"  assumed at {where}\n"
+        f"The graph is only valid for inputs that keep this assumption. Retrace with an "
+        f"example input like this one (specfx.trace(model, example_inputs, policy=...)), "
+        f"let specfx.Specializer(model, policy) keep one graph per set of assumptions, "
+        f"or narrow the policy so that this value stays symbolic."
+    )
+
+
+def exported_guard_failure(assumption: str, broken: str, where: str) -> str:
+    """The message an exported or compiled program's check carries (the same facts as
+    :func:`guard_failure`, for a program made by ``specfx.export``)."""
+    return (
+        f"specfx guard failed: the graph was specialized assuming {assumption}, "
+        f"but for this input {broken}.\n  assumed at {where}\n"
+        "The program is only valid for inputs that keep this assumption. Retrace or export again with an "
+        "example input like this one (specfx.export(model, example_inputs, policy=...))."
+    )
+
+
+def caught_error_failure(operation: str, where: str, error: BaseException, handler: str) -> str:
+    """An op traced inside the model's ``try`` block raised at call time, where eager runs
+    the ``except`` handler the graph does not have."""
+    return (
+        f"specfx guard failed: the graph was traced where `{operation}` at {where} "
+        f"succeeded, inside a try block; for this input it raised {type(error).__name__}: "
+        f"{short_text(str(error))}, and eager runs the except handler at {handler} instead, which the "
+        f"graph does not have.\n"
+        f"Fix: test the condition instead of catching its error (e.g. compare the shapes: a decision "
+        f"specfx guards and a Specializer can trace both ways), or move the try/except out of the traced "
+        f"code (into a leaf module: trace(..., leaf_modules=[...]), or around the graph's call)."
+    )
+
+
+def entry_structure_failure(path: str, actual: str, traced: str) -> str:
+    """The graph's entry check: an input's structure differs from the example's."""
+    return (
+        f"specfx guard failed: {path} {actual}, traced {traced}.\n"
+        f"  checked at the graph's entry, before any compute\n"
+        f"The graph takes its inputs with the structure and types it was traced with. Call it "
+        f"like the example inputs, or retrace with an example like this input "
+        f"(specfx.trace(model, example_inputs, policy=...)), or let specfx.Specializer(model, policy) "
+        f"keep one graph per input structure."
+    )
+
+
+def wrong_input_type(name: str, given: str, shown: str, traced: str) -> str:
+    """The graph's entry check: an input traced as a tensor is not one in this call."""
+    return (
+        f"wrong input type: {name} was traced as a torch.Tensor, but this call passes a {given} "
+        f"({shown}).\n  input {name} of {traced}\n"
+        f"Pass a tensor for {name}, or trace a graph for this kind of input "
+        f"(specfx.trace with such an example, or specfx.Specializer)."
+    )
+
+
+def concrete_arg_mismatch(name: str, expected: Any, shown: str) -> str:
+    """The graph's entry check: a ``concrete_args`` value differs in this call."""
+    return (
+        f"concrete_args mismatch: the graph was traced with {name}={expected!r} baked in "
+        f"(concrete_args={{{name!r}: {expected!r}}}), but this call passes {name}={shown}.\n"
+        f"Pass {name}={expected!r}, trace another graph with concrete_args={{{name!r}: ...}} for this "
+        f"value, or let specfx.Specializer(model, concrete_args=...) keep one graph per value."
+    )
+
+
+def refused_inside_code(what: str, why: str, fix: str, location: Optional[SourceLocation]) -> str:
+    """A call the traced code makes that the graph cannot reproduce (RNG of Python or numpy,
+    autocast regions...)."""
+    where = f"\n  at {location.describe()}" if location else ""
+    return f"{what} inside the traced code: {why}.\nFix: {fix}.{where}"
+
+
+def generator_in_forward(location: Optional[SourceLocation]) -> str:
+    """A ``torch.Generator`` made inside ``forward``."""
+    where = f"\n  at {location.describe()}" if location else ""
+    return (
+        "torch.Generator() made inside the traced code: eager makes (and seeds) a new generator on every "
+        "call, the graph would keep this one and continue its draws from call to call.\n"
+        "Fix: make the generator once, outside forward (`self.generator = torch.Generator().manual_seed(0)` "
+        f"in __init__), or pass it to forward as an argument.{where}"
+    )
+
+
+def unrepresentable_output(path: str, kind: type, cause: BaseException, advice: str) -> str:
+    """``forward`` returns a value no FX graph can return."""
+    return (
+        f"forward returns {path}, a {kind.__module__}.{kind.__qualname__}, which an FX graph cannot "
+        f"return ({cause}).\nFix: {advice}."
+    )
+
+
+def hooks_with_kwargs(class_name: str) -> str:
+    """The root has forward hooks registered with ``with_kwargs=True``."""
+    return (
+        f"{class_name} has forward hooks registered with with_kwargs=True, which specfx "
+        f"does not trace.\nFix: trace a module whose forward calls this one (its hooks then run "
+        f"inside the trace), or remove those hooks before tracing."
+    )
+
+
+def check_eager_raised(index: int, error: BaseException) -> str:
+    """``check_inputs``: the eager model itself raised on one of the inputs."""
+    return f"check_inputs[{index}]: the eager model itself raised {type(error).__name__}: {error}"
+
+
+def check_guard_failed(index: int, error: BaseException) -> str:
+    """``check_inputs``: a guard of the graph failed on one of the inputs."""
+    return f"check_inputs[{index}]: a guard failed, so the graph does not cover this input:\n{error}"
+
+
+def check_outputs_differ(index: int, problem: str) -> str:
+    """``check_inputs``: graph and eager returned different outputs."""
+    return f"check_inputs[{index}]: the traced graph's output differs from the eager model's: {problem}"
