@@ -11,7 +11,7 @@ from torch import nn
 import specfx
 from specfx import Policy, SpecializationError
 from specfx._deferred import DeferredValues
-from tools.bench_models import BertLike, Chain, ResidualNormBlocks, SmallResNet, sequential_mlp_blocks
+from tools.bench.models import BertLike, Chain, ResidualNormBlocks, SmallResNet, sequential_mlp_blocks
 
 
 def _one_by_one(monkeypatch):

@@ -16,8 +16,8 @@ from specfx import GuardError, Policy, SpecializationError, SpecializationWarnin
 from specfx._export import LOWERINGS, lower_guards
 from specfx.guards import GUARDS
 
-from tools import export_compare as compare  # the models of the docs' table
-from tools import zoo
+from tools.peers import export_routes as compare  # the models of the docs' table
+from tools.zoo import run as zoo
 DataBranch, Router = compare.DataBranch, compare.Router
 
 pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
@@ -170,7 +170,7 @@ class TestExport:
     def test_guards_false_warns_what_is_lost(self):
         """guards=False exports no checks and names each unchecked decision."""
         model, x = DataBranch().eval(), torch.randn(2, 8) + 2
-        with pytest.warns(SpecializationWarning, match=r"(?s)guards=False.*1 decision.*bool\(.*\) == True at .*export_compare.py"):
+        with pytest.warns(SpecializationWarning, match=r"(?s)guards=False.*1 decision.*bool\(.*\) == True at .*export_routes.py"):
             program = specfx.export(model, (x,), policy=Policy(bool=True), guards=False)
         assert not any("assert" in str(n.target) for n in program.graph.nodes)
 

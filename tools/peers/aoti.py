@@ -2,7 +2,7 @@
 """AOTInductor on a specialized model (CPU): specfx.export → aoti_compile_and_package →
 load → compare with eager → the guard fires in the compiled package.
 
-    python -m tools.aoti_export
+    python -m tools.peers.aoti
 
 Not part of the test suite: the C++ compile takes about a minute on two cores
 (the time is printed; docs/quantization.md quotes one run).
@@ -19,7 +19,7 @@ import torch
 import specfx
 from specfx import Policy
 
-from tools.export_compare import DataBranch
+from tools.peers.export_routes import DataBranch
 
 
 def main() -> None:

@@ -3,13 +3,13 @@ make_fx (real and symbolic) and torch.export, in one process, on the README's
 seed example, a ResNet-50-like CNN, a 12-layer BERT-like encoder and a chain
 of N = 10 ... 10000 ops (blocks with a guarded unpack each, for scaling).
 
-    python -m tools.bench                # full run (about 15 minutes on 2 busy cores)
-    python -m tools.bench --quick        # smoke run (under a minute)
-    python -m tools.bench --json         # the same results as JSON on stdout
-    python -m tools.bench --write-docs   # also write docs/benchmarks.md
-    python -m tools.bench --profile [MODEL ...]  # differential cProfile against symbolic_trace (+ eager)
-    python -m tools.bench --memory [MODEL ...]   # only the peak-memory rows (default: every memory model)
-    python -m tools.bench --scaling [N ...]      # only the chain's per-op cost and flatness (a few minutes)
+    python -m tools.bench.suite                        # full run (about 15 minutes on 2 busy cores)
+    python -m tools.bench.suite --quick                # smoke run (under a minute)
+    python -m tools.bench.suite --json                 # the same results as JSON on stdout
+    python -m tools.bench.suite --write-docs           # also write docs/benchmarks.md
+    python -m tools.bench.suite --profile [MODEL ...]  # differential cProfile against symbolic_trace (+ eager)
+    python -m tools.bench.suite --memory [MODEL ...]   # only the peak-memory rows (default: every memory model)
+    python -m tools.bench.suite --scaling [N ...]      # only the chain's per-op cost and flatness (a few minutes)
 
 Method: every contender is warmed up; then each round calls every contender
 once, in an order rotated per round, with ``gc.collect()`` (of what the calls
@@ -49,7 +49,6 @@ import time
 import tracemalloc
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -58,12 +57,13 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import specfx
-from tools.bench_models import BertLike, Chain, ResidualNormBlocks, ResNetLike, TestModule, sequential_mlp_blocks
-from tools.guard_overhead import guard_calls_ms
-from tools.specializer_bench import prologue_cost
+from tools import CHECKOUT
+from tools.bench.models import BertLike, Chain, ResidualNormBlocks, ResNetLike, TestModule, sequential_mlp_blocks
+from tools.bench.guard_overhead import guard_calls_ms
+from tools.bench.specializer_overhead import prologue_cost
 from specfx import Policy, Specialize
 
-DOCS_PATH = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+DOCS_PATH = CHECKOUT / "docs" / "benchmarks.md"
 
 
 # -- cases and contenders ------------------------------------------------------------------
@@ -822,7 +822,7 @@ def zoo_trace_times(settings: "Settings", log: Callable[[str], None]) -> str:
     and ``torch.export.export``, interleaved like the main run; a Markdown table."""
     from transformers.utils import fx as hf_fx
 
-    from tools import zoo
+    from tools.zoo import run as zoo
 
     transformers = zoo._transformers()
     torch.manual_seed(0)
@@ -920,7 +920,7 @@ def main(argv: Sequence[str]) -> int:
     results = run(settings, log=lambda message: print(message, file=sys.stderr, flush=True))
     text = render(results)
     if args.write_docs:
-        write_docs(text, "python -m tools.bench" + (" --quick" if args.quick else "") + " --write-docs")
+        write_docs(text, "python -m tools.bench.suite" + (" --quick" if args.quick else "") + " --write-docs")
     print(json.dumps(results, indent=2) if args.json else text)
     return 0
 

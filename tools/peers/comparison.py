@@ -1,7 +1,7 @@
 """Measure the table of docs/comparison.md: specfx beside the other ways to get a graph.
 
-    python -m tools.compare            # print the table
-    python -m tools.compare --check    # exit 1 unless docs/comparison.md holds this table
+    python -m tools.peers.comparison          # print the table
+    python -m tools.peers.comparison --check  # exit 1 unless docs/comparison.md holds this table
 
 Each tracer gets the same tiny models, each with an example input and an input
 that takes another path through the model's Python code. A cell says what
@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
-import pathlib
 import sys
 import warnings
 from typing import Any, Callable, Dict, List, Tuple
@@ -29,9 +28,10 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import specfx
+from tools import CHECKOUT
 
-DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "comparison.md"
-BEGIN, END = "<!-- begin: python -m tools.compare -->", "<!-- end: python -m tools.compare -->"
+DOC = CHECKOUT / "docs" / "comparison.md"
+BEGIN, END = "<!-- begin: python -m tools.peers.comparison -->", "<!-- end: python -m tools.peers.comparison -->"
 
 
 class Unpack(nn.Module):

@@ -1,7 +1,7 @@
 """Every model the benchmark scripts measure, in one place.
 
-``tools/bench.py`` (trace time, memory, guard cost, scaling), ``tools/guard_overhead.py``
-(forward cost of guards) and ``tools/specializer_bench.py`` (``Specializer`` overhead)
+``tools/bench/suite.py`` (trace time, memory, guard cost, scaling), ``tools/bench/guard_overhead.py``
+(forward cost of guards) and ``tools/bench/specializer_overhead.py`` (``Specializer`` overhead)
 import their models from here, so that a number in ``docs/benchmarks.md`` names one
 definition. Models only: no timing code.
 """
@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 
-# -- ResNet-50 and BERT layouts (tools/bench.py) ------------------------------------------
+# -- ResNet-50 and BERT layouts (tools/bench/suite.py) ------------------------------------------
 
 
 class Bottleneck(nn.Module):
@@ -210,7 +210,7 @@ class Chain(nn.Module):
         return self.blocks(x)
 
 
-# -- models that take a decision in every layer (tools/guard_overhead.py) -----------------
+# -- models that take a decision in every layer (tools/bench/guard_overhead.py) -----------------
 
 
 class _GuardedConvBlock(nn.Module):
@@ -280,7 +280,7 @@ class GuardedTransformer(nn.Module):
         return x
 
 
-# -- Specializer workloads (tools/specializer_bench.py, bench.py's prologue target) -------
+# -- Specializer workloads (tools/bench/specializer_overhead.py, suite.py's prologue target) -------
 
 
 class SmallMLP(nn.Module):
