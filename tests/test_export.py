@@ -311,7 +311,7 @@ class TestPT2E:
                          # as many experts hit (specfx's message) or another count (export's own check)
                          f"{SPECFX_MESSAGE}|Runtime assertion failed for expression")
 
-    # hf-vit: a decorated forward with **kwargs, traced through its wrapper (issue 12)
+    # hf-vit: a decorated forward with **kwargs, traced through its wrapper
     @pytest.mark.parametrize("name", ["hf-bert", "hf-distilbert", "hf-vit"])
     def test_transformers_zoo(self, name):
         """Two zoo transformers: exported with the zoo's inputs, quantized, guards kept."""

@@ -238,7 +238,7 @@ class TestFuzzTool:
         assert alone == split and alone["programs"] == 6
 
     def test_class_grammar_finds_no_silent_mismatch(self):
-        """A short run of issue 10's class grammar: every input agrees, is guarded or raises; none differs."""
+        """A short run of the grammar of the classes of silent answers: every input agrees, is guarded or raises; none differs."""
         result = fuzz.fuzz(14, 5, jit=None, jobs=0)
         counts = result["counts"]
         assert counts["programs"] == 14 and counts["inputs"] > 40

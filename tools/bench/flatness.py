@@ -1,4 +1,4 @@
-"""Where the per-op cost of a long trace goes, phase by phase, from 1k to 100k ops (issue 14's
+"""Where the per-op cost of a long trace goes, phase by phase, from 1k to 100k ops (the
 flatness target: the last marginal cost of an op at most 1.2 × the first).
 
     python -m tools.bench.flatness                 # CPU time, chain of 1000 / 10000 / 100000 ops

@@ -1,5 +1,5 @@
 """Instruction counts of a trace (valgrind's callgrind): repeatable before/after numbers
-for issue 14 on a machine too busy for wall-clock A/B runs.
+on a machine too busy for wall-clock A/B runs.
 
     python -m tools.bench.instructions [MODEL ...] [--reps N]  # runs itself under valgrind
     python -m tools.bench.instructions --gc-off res-norm-200   # the same with the collector off
@@ -8,8 +8,8 @@ Each contender (eager forward, ``symbolic_trace``, ``specfx.trace`` without and 
 examples under ``Policy(Specialize.ALL)``) is warmed up, then called ``--reps`` times
 with callgrind collecting only around those calls (``--instr-atstart=no`` and client
 requests from a tiny C helper compiled on first use: the interpreter's and torch's
-start-up are not instrumented). Reported: instructions per call, and the issue's
-ratios on instructions (specfx+ex / (symbolic_trace + eager), specfx / symbolic_trace).
+start-up are not instrumented). Reported: instructions per call, and the trace-time
+targets' ratios on instructions (specfx+ex / (symbolic_trace + eager), specfx / symbolic_trace).
 The per-function profile of the last contender stays in the callgrind output files
 (``--keep DIR``; read them with ``callgrind_annotate``).
 """

@@ -145,7 +145,7 @@ class BertLike(nn.Module):
         return x
 
 
-# -- deep models of small tensors, where per-op overhead shows (issue 14) ------------------
+# -- deep models of small tensors, where per-op overhead shows (the trace-time targets) ---
 
 
 class _NormLinearGelu(nn.Module):
@@ -160,8 +160,8 @@ class _NormLinearGelu(nn.Module):
 
 
 class ResidualNormBlocks(nn.Module):
-    """``blocks`` residual blocks ``x + GELU(Linear(LayerNorm(x)))``: issue 14's first
-    model (200 blocks, width 32, input 4x32)."""
+    """``blocks`` residual blocks ``x + GELU(Linear(LayerNorm(x)))``: the first
+    trace-time target model, res-norm-200 (200 blocks, width 32, input 4x32)."""
 
     def __init__(self, blocks: int = 200, width: int = 32) -> None:
         super().__init__()
@@ -186,7 +186,7 @@ class _MLPBlock(nn.Module):
 
 def sequential_mlp_blocks(blocks: int = 100, width: int = 64) -> nn.Sequential:
     """``nn.Sequential`` of ``blocks`` blocks Linear → ReLU → Linear → ReLU → add → LayerNorm:
-    issue 14's second model (100 blocks, width 64, input 8x64)."""
+    the second trace-time target model, mlp-seq-100 (100 blocks, width 64, input 8x64)."""
     return nn.Sequential(*(_MLPBlock(width) for _ in range(blocks)))
 
 

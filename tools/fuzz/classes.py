@@ -1,4 +1,4 @@
-"""The differential fuzzer's grammar for issue 10's classes of silent answers.
+"""The differential fuzzer's grammar for the classes of silent answers (docs/soundness.md).
 
 Each class of answers a trace may take from an example (see docs/soundness.md) has
 a family of templates here; :func:`generate` picks one, fills in its random choices

@@ -212,7 +212,7 @@ def check_case(case: programs.Case, *, jit: bool = True) -> Dict[str, Any]:
     return {"counts": counts, "problems": problems, "policy": repr(plan.policy())}
 
 
-# -- the grammar of issue 10's classes (tools/fuzz/classes.py) ------------------------------------
+# -- the grammar of the classes of silent answers (tools/fuzz/classes.py) --------------------------
 
 
 def _copy(value: Any) -> Any:
@@ -388,8 +388,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--no-jit", action="store_true", help="skip the torch.jit.trace comparison")
     parser.add_argument("--grammar", choices=["programs", "classes"], default="programs",
-                        help="programs: the control-flow grammar (default); classes: issue 10's classes "
-                             "of silent answers (tools/fuzz/classes.py)")
+                        help="programs: the control-flow grammar (default); classes: the classes of "
+                             "answers a trace may take from an example (docs/soundness.md, "
+                             "tools/fuzz/classes.py)")
     parser.add_argument("--only", type=int, default=None, help="run program ONLY alone and print its source")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="worker processes (default: one per CPU; 0 runs in this process)")
