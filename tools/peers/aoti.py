@@ -10,6 +10,7 @@ Not part of the test suite: the C++ compile takes about a minute on two cores
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 import time
@@ -48,4 +49,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # no options; parsing still gives --help and refuses a mistyped argument before the long compile
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     main()

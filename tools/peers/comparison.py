@@ -16,6 +16,7 @@ the tracers do.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import io
@@ -176,8 +177,11 @@ def render(rows: List[List[str]]) -> str:
 
 
 def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 unless docs/comparison.md holds this table")
+    args = parser.parse_args(argv)
     table = render(measure())
-    if "--check" in argv:
+    if args.check:
         text = DOC.read_text()
         current = text[text.index(BEGIN): text.index(END) + len(END)]
         if current != table:
