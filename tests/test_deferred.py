@@ -1,4 +1,4 @@
-"""Values computed in batches when first read (``specfx/_deferred.py``) are the values,
+"""Values computed in batches when first read (``specfx/_capture/deferred.py``) are the values,
 decisions and graphs of computing each at once; where batching cannot keep that
 promise the trace computes values one by one."""
 
@@ -11,7 +11,7 @@ from torch import nn
 import specfx
 from specfx import Policy, SpecializationError
 from specfx._capture.deferred import DeferredValues
-from tools.bench_models import BertLike, Chain, ResidualNormBlocks, SmallResNet, sequential_mlp_blocks
+from tools.bench.models import BertLike, Chain, ResidualNormBlocks, SmallResNet, sequential_mlp_blocks
 
 
 def _one_by_one(monkeypatch):

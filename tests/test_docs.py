@@ -50,10 +50,10 @@ def test_api_reference_is_current():
 
 
 def test_comparison_is_measured():
-    """docs/comparison.md's table is what tools/compare.py measures today."""
-    from tools import compare
+    """docs/comparison.md's table is what tools/peers/comparison.py measures today."""
+    from tools.peers import comparison as compare
 
-    assert compare.main(["--check"]) == 0, "run python -m tools.compare and paste its table"
+    assert compare.main(["--check"]) == 0, "run python -m tools.peers.comparison and paste its table"
 
 
 class TestReadme:

@@ -16,8 +16,8 @@ from specfx import GuardError, Policy, SpecializationError, SpecializationWarnin
 from specfx.integrations.export import LOWERINGS, lower_guards
 from specfx.guards import GUARDS
 
-from tools import export_compare as compare  # the models of the docs' table
-from tools import zoo
+from tools.peers import export_routes as compare  # the models of the docs' table
+from tools.zoo import run as zoo
 DataBranch, Router = compare.DataBranch, compare.Router
 
 pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
@@ -170,7 +170,7 @@ class TestExport:
     def test_guards_false_warns_what_is_lost(self):
         """guards=False exports no checks and names each unchecked decision."""
         model, x = DataBranch().eval(), torch.randn(2, 8) + 2
-        with pytest.warns(SpecializationWarning, match=r"(?s)guards=False.*1 decision.*bool\(.*\) == True at .*export_compare.py"):
+        with pytest.warns(SpecializationWarning, match=r"(?s)guards=False.*1 decision.*bool\(.*\) == True at .*export_routes.py"):
             program = specfx.export(model, (x,), policy=Policy(bool=True), guards=False)
         assert not any("assert" in str(n.target) for n in program.graph.nodes)
 
@@ -311,7 +311,7 @@ class TestPT2E:
                          # as many experts hit (specfx's message) or another count (export's own check)
                          f"{SPECFX_MESSAGE}|Runtime assertion failed for expression")
 
-    # hf-vit: a decorated forward with **kwargs, traced through its wrapper (issue 12)
+    # hf-vit: a decorated forward with **kwargs, traced through its wrapper
     @pytest.mark.parametrize("name", ["hf-bert", "hf-distilbert", "hf-vit"])
     def test_transformers_zoo(self, name):
         """Two zoo transformers: exported with the zoo's inputs, quantized, guards kept."""

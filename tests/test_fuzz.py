@@ -1,12 +1,12 @@
 """Differential fuzzing: specfx graphs of random programs against eager PyTorch.
 
-Programs, policies, examples and fresh inputs come from ``tools/fuzzgen.py``
-(``from tools import fuzzgen``: see ``tools/__init__.py``),
+Programs, policies, examples and fresh inputs come from ``tools/fuzz/programs.py``
+(``from tools.fuzz import programs``: see ``tools/__init__.py``),
 driven by hypothesis draws so that a failure shrinks to a small program; the
 failing program's source and policy are attached as hypothesis notes. The
 generator's instrumented twin of each program reports what the program needs
-and what a specializing tracer bakes in (see the fuzzgen docstring); the
-properties below are checked against that. ``python -m tools.fuzz`` runs the
+and what a specializing tracer bakes in (see that module's docstring); the
+properties below are checked against that. ``python -m tools.fuzz.run`` runs the
 same checks on thousands of programs, next to ``torch.jit.trace``.
 """
 
@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 import specfx
 from specfx import GuardError, SpecializationError
 
-from tools import fuzz, fuzzgen
+from tools.fuzz import programs
+from tools.fuzz import run as fuzz
 
 FUZZ = settings(max_examples=120, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -54,25 +55,25 @@ class DrawChooser:
         return self.data.draw(st.integers(0, 99)) >= 100 - round(100 * p)
 
 
-def draw_case(data: Any, *, valid: bool = True) -> fuzzgen.Case:
+def draw_case(data: Any, *, valid: bool = True) -> programs.Case:
     """A generated case (by default one whose example eager accepts), noted for the failure report."""
-    case = fuzzgen.generate_case(DrawChooser(data))
+    case = programs.generate_case(DrawChooser(data))
     note(case.program.source)
     note(f"policy: {case.plan.policy()!r}; example shape {tuple(case.example.shape)}")
     if valid:
-        assume(fuzzgen.run(case.model, case.example)[0])
+        assume(programs.run(case.model, case.example)[0])
     return case
 
 
-def traced(case: fuzzgen.Case, **kwargs: Any) -> Any:
+def traced(case: programs.Case, **kwargs: Any) -> Any:
     """(graph, plan, probe) of the case under its policy widened to what the example path needs."""
-    plan, probe = fuzzgen.widen(case, case.plan)
-    return fuzzgen.trace_quietly(case, plan, **kwargs), plan, probe
+    plan, probe = programs.widen(case, case.plan)
+    return programs.trace_quietly(case, plan, **kwargs), plan, probe
 
 
 def guard_nodes(gm: torch.fx.GraphModule) -> list:
     """The nodes of ``gm`` that call a specfx guard function."""
-    guards = fuzzgen.guard_functions()
+    guards = programs.guard_functions()
     return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in guards]
 
 
@@ -86,13 +87,13 @@ class TestTraceAgainstEager:
         case = draw_case(data)
         gm, plan, probe = traced(case)
         for label, x in case.inputs:
-            ok, expected = fuzzgen.run(case.model, x)
+            ok, expected = programs.run(case.model, x)
             if not ok:
                 continue  # eager itself rejects this input
             other, twin_output = case.program.probe(plan, case.model, x)
             torch.testing.assert_close(twin_output, expected, equal_nan=True)  # the twin computes the same
-            differs = fuzzgen.first_difference(probe.facets, other.facets)
-            ok, actual = fuzzgen.run(gm, x)
+            differs = programs.first_difference(probe.facets, other.facets)
+            ok, actual = programs.run(gm, x)
             where = f"input {label} {tuple(x.shape)}"
             if ok:
                 torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m, where=where: f"{where}: {m}")
@@ -116,7 +117,7 @@ class TestRefusals:
         probe, _ = case.program.probe(case.plan, case.model, case.example)
         need = probe.first_unmet
         try:
-            fuzzgen.trace_quietly(case, case.plan)
+            programs.trace_quietly(case, case.plan)
         except SpecializationError as error:
             assert need is not None, f"refused although the policy grants every need: {error}"
             assert error.flag in need.alternatives, f"needs one of {set(need.alternatives)}: {error}"
@@ -131,14 +132,14 @@ class TestRefusals:
         """With every flag, tracing on an empty batch raises what eager raises, or traces where eager runs."""
         case = draw_case(data, valid=False)
         case = dataclasses.replace(case, example=torch.zeros((0,) + tuple(case.example.shape[1:])))
-        ok, outcome = fuzzgen.run(case.model, case.example)
-        everything = fuzzgen.PolicyPlan(frozenset(fuzzgen.FLAGS), annotations=False)
+        ok, outcome = programs.run(case.model, case.example)
+        everything = programs.PolicyPlan(frozenset(programs.FLAGS), annotations=False)
         if ok:
-            gm = fuzzgen.trace_quietly(case, everything)
-            torch.testing.assert_close(fuzzgen.run(gm, case.example)[1], outcome, equal_nan=True)
+            gm = programs.trace_quietly(case, everything)
+            torch.testing.assert_close(programs.run(gm, case.example)[1], outcome, equal_nan=True)
         else:
             with pytest.raises(type(outcome)):
-                fuzzgen.trace_quietly(case, everything)
+                programs.trace_quietly(case, everything)
 
 
 class TestGuardsAreComplete:
@@ -169,7 +170,7 @@ class TestGuardsAreComplete:
         for s in gm.specializations:
             assert s.location.filename == case.program.filename
             assert s.source == lines[s.location.lineno - 1].strip()
-        recorded = {(s.location.lineno, s.flag, fuzzgen.canonical(s.value)) for s in gm.specializations}
+        recorded = {(s.location.lineno, s.flag, programs.canonical(s.value)) for s in gm.specializations}
         assert recorded == {(f.line, f.flag, f.value) for f in probe.facets}
 
     @settings(FUZZ, max_examples=30)
@@ -186,7 +187,7 @@ class TestGuardsAreComplete:
             assert checked == sorted(s.node for s in gm.specializations)
             assert [s.guard for s in other.specializations] == [s.guard for s in gm.specializations]
             for label, x in case.inputs:
-                (ok, expected), (same_ok, actual) = fuzzgen.run(gm, x), fuzzgen.run(other, x)
+                (ok, expected), (same_ok, actual) = programs.run(gm, x), programs.run(other, x)
                 assert ok == same_ok, f"input {label}: {expected!r} vs {actual!r}"
                 if ok:
                     torch.testing.assert_close(actual, expected, equal_nan=True)
@@ -199,7 +200,7 @@ class TestGuardsAreComplete:
         """With guards=False the same specializations are recorded, none has a guard, no guard node exists."""
         case = draw_case(data)
         guarded, plan, _ = traced(case)
-        unguarded = fuzzgen.trace_quietly(case, plan, guards=False)
+        unguarded = programs.trace_quietly(case, plan, guards=False)
         assert guard_nodes(unguarded) == []
         assert all(s.guard is None for s in unguarded.specializations)
         assert [(s.kind, s.value, s.where) for s in unguarded.specializations] == [
@@ -211,7 +212,7 @@ class TestGuardsAreComplete:
 
 
 class TestFuzzTool:
-    """``tools/fuzz.py`` runs a corpus and reports its counts."""
+    """``tools/fuzz/run.py`` runs a corpus and reports its counts."""
 
     def test_json_counts_show_no_silent_mismatch_for_specfx(self):
         """A short run traces every program, classifies every input and finds no specfx mismatch."""
@@ -237,7 +238,7 @@ class TestFuzzTool:
         assert alone == split and alone["programs"] == 6
 
     def test_class_grammar_finds_no_silent_mismatch(self):
-        """A short run of issue 10's class grammar: every input agrees, is guarded or raises; none differs."""
+        """A short run of the grammar of the classes of silent answers: every input agrees, is guarded or raises; none differs."""
         result = fuzz.fuzz(14, 5, jit=None, jobs=0)
         counts = result["counts"]
         assert counts["programs"] == 14 and counts["inputs"] > 40

@@ -135,14 +135,40 @@ class TestTree:
         assert offenders == []
 
     def test_architecture_lists_every_module(self):
-        """docs/architecture.md has a row for every module of specfx/ and tools/ (a newcomer's map)."""
+        """docs/architecture.md has a row for every module of specfx/ (a newcomer's map)."""
         import pathlib
 
         root = pathlib.Path(__file__).resolve().parent.parent
         text = (root / "docs" / "architecture.md").read_text()
         package = root / "specfx"
-        # specfx's modules by their path in the package (`_capture/tracer.py`), tools' by name
+        # specfx's modules by their path in the package (`_capture/tracer.py`); tools/: the next test
         named = [p.relative_to(package).as_posix() for p in sorted(package.rglob("*.py")) if p.name != "__init__.py"]
-        tools = [p.name for p in sorted((root / "tools").glob("*.py")) if p.name != "__init__.py"]
-        missing = [name for name in named + tools if f"`{name}`" not in text]
+        missing = [name for name in named if f"`{name}`" not in text]
         assert missing == [], "add a row to docs/architecture.md for each"
+
+    def test_tools_map_is_complete(self):
+        """Every script under tools/ has a row in docs/architecture.md by its path in tools/
+        (``bench/suite.py``), every group folder is in tools/README.md with a README of its
+        own, and every script that runs as a program is named in its folder's README by the
+        command that runs it (``python -m tools.bench.suite``)."""
+        import pathlib
+
+        tools = pathlib.Path(__file__).resolve().parent.parent / "tools"
+        architecture = (tools.parent / "docs" / "architecture.md").read_text()
+        index = (tools / "README.md").read_text()
+        scripts = sorted(p for p in tools.rglob("*.py") if p.name != "__init__.py")
+        groups = sorted({p.parent for p in scripts} - {tools})
+        assert {g.name for g in groups} >= {"bench", "fuzz", "zoo", "peers"}
+        assert [g.name for g in groups if not (g / "__init__.py").exists()] == [], "a group is a package"
+        assert [g.name for g in groups if f"`{g.name}/`" not in index] == [], "list the group in tools/README.md"
+        no_row = [str(p.relative_to(tools)) for p in scripts if f"`{p.relative_to(tools).as_posix()}`" not in architecture]
+        assert no_row == [], "add a row to docs/architecture.md's 'Beside the library' for each"
+        unnamed = []
+        for script in scripts:
+            if 'if __name__ == "__main__":' not in script.read_text():
+                continue
+            readme = script.parent / "README.md"
+            command = "python -m " + ".".join(("tools", *script.relative_to(tools).with_suffix("").parts))
+            if not readme.exists() or f"`{command}" not in readme.read_text():
+                unnamed.append(f"{script.relative_to(tools)}: {command}")
+        assert unnamed == [], "name each entry point in its folder's README.md"

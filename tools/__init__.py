@@ -1,6 +1,12 @@
-"""Scripts beside the library: benchmarks, the model zoo, the fuzzer, generators.
+"""Scripts beside the library, grouped by purpose (``tools/README.md`` lists them).
 
-One way to run and import them: from the checkout root, ``python -m tools.NAME``;
-they import each other as ``tools.NAME`` and the tests ``import tools.NAME``
-(pytest puts the checkout root on ``sys.path``). Not installed with specfx.
+Run them from the checkout root as ``python -m tools.<group>.<name>``; they import
+each other as ``tools.<group>.<name>``, and so do the tests (pytest puts the checkout
+root on ``sys.path``). Not installed with specfx.
 """
+
+from pathlib import Path
+
+# The checkout the scripts belong to: where the docs they write live, and the directory a
+# subprocess they start must run in (or have on PYTHONPATH) to import ``tools`` again.
+CHECKOUT = Path(__file__).resolve().parent.parent

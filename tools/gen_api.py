@@ -8,6 +8,7 @@ tests/test_docs.py runs the check, so the reference cannot drift from the code.
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import pathlib
 import re
@@ -52,8 +53,11 @@ def render() -> str:
 
 
 def main(argv: list) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/api.md is out of date (write nothing)")
+    args = parser.parse_args(argv)
     text = render()
-    if "--check" in argv:
+    if args.check:
         if DOC.read_text() != text:
             print(f"{DOC} is out of date: run python -m tools.gen_api", file=sys.stderr)
             return 1

@@ -2,7 +2,7 @@
 deprecated upstream: prefer PT2E through :func:`specfx.export`).
 
 ``torch.ao.quantization.quantize_fx.prepare_fx`` re-traces its input with a stock tracer
-(specfx graphs re-trace node for node, see ``specfx/_retrace.py``), but it may observe
+(specfx graphs re-trace node for node, see ``specfx/_graph/retrace.py``), but it may observe
 values that are not float tensors (``torch.Size`` arithmetic, integer routing indices),
 and its re-trace drops the structured entry check and the records. :func:`prepare_fx`
 prepares the specfx graph as it is: no re-trace, the traced values say which nodes are

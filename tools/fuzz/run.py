@@ -2,11 +2,11 @@
 
 Usage::
 
-    python -m tools.fuzz --n 2000 --seed 0          # counts as a table
-    python -m tools.fuzz --n 2000 --seed 0 --json   # counts (and failing cases) as JSON
-    python -m tools.fuzz --seed 0 --only 17         # print program 17 of seed 0 and its counts
+    python -m tools.fuzz.run --n 2000 --seed 0         # counts as a table
+    python -m tools.fuzz.run --n 2000 --seed 0 --json  # counts (and failing cases) as JSON
+    python -m tools.fuzz.run --seed 0 --only 17        # print program 17 of seed 0 and its counts
 
-Each program (``tools/fuzzgen.py``) is traced with its random policy on one
+Each program (``tools/fuzz/programs.py``) is traced with its random policy on one
 example. When specfx refuses (``SpecializationError``) the policy is widened
 the way the error suggests -- add the reported flag; if an inner ``scopes``
 entry or annotation forbids it, drop scopes and annotations -- and traced
@@ -50,15 +50,15 @@ import torch
 
 import specfx
 from specfx import GuardError, SpecializationError
-from tools import fuzzclasses, fuzzgen
+from tools.fuzz import classes, programs
 
 CHUNK = 50  # programs per worker process
 GUARD_OF_KIND = specfx.guards.GUARDS  # kind of a record -> its guard function
 
 
-def make_case(seed: int, index: int) -> fuzzgen.Case:
+def make_case(seed: int, index: int) -> programs.Case:
     """Program ``index`` of the corpus ``seed``."""
-    return fuzzgen.generate_case(fuzzgen.RandomChooser(seed * 1_000_003 + index), tag=f"-{seed}-{index}")
+    return programs.generate_case(programs.RandomChooser(seed * 1_000_003 + index), tag=f"-{seed}-{index}")
 
 
 # -- the checks ---------------------------------------------------------------------------------
@@ -68,8 +68,8 @@ def _names(flags: Any) -> List[str]:
     return sorted(flag.name for flag in flags)
 
 
-def refusal_problem(error: SpecializationError, probe: fuzzgen.Probe,
-                    program: fuzzgen.Program) -> Optional[str]:
+def refusal_problem(error: SpecializationError, probe: programs.Probe,
+                    program: programs.Program) -> Optional[str]:
     """Why a refusal is unjustified, or None when the policy really lacked a needed flag there."""
     need = probe.first_unmet
     if need is None:
@@ -81,11 +81,11 @@ def refusal_problem(error: SpecializationError, probe: fuzzgen.Probe,
     return None
 
 
-def record_problems(gm: torch.fx.GraphModule, probe: fuzzgen.Probe, program: fuzzgen.Program) -> List[str]:
+def record_problems(gm: torch.fx.GraphModule, probe: programs.Probe, program: programs.Program) -> List[str]:
     """Violations of "each specialization has exactly one guard" and of "records are the decisions made"."""
     problems = []
     nodes = {node.name: node for node in gm.graph.nodes}
-    guards = fuzzgen.guard_functions()
+    guards = programs.guard_functions()
     guard_nodes = {n.name for n in gm.graph.nodes if n.op == "call_function" and n.target in guards}
     uses = collections.Counter(s.guard for s in gm.specializations)
     for s in gm.specializations:
@@ -101,7 +101,7 @@ def record_problems(gm: torch.fx.GraphModule, probe: fuzzgen.Probe, program: fuz
     orphans = guard_nodes - set(uses)
     if orphans:
         problems.append(f"guard nodes without a record: {sorted(orphans)}")
-    recorded = {(s.location.lineno if s.location else None, s.flag, fuzzgen.canonical(s.value))
+    recorded = {(s.location.lineno if s.location else None, s.flag, programs.canonical(s.value))
                 for s in gm.specializations}
     decided = {(f.line, f.flag, f.value) for f in probe.facets}
     if recorded != decided:
@@ -110,13 +110,13 @@ def record_problems(gm: torch.fx.GraphModule, probe: fuzzgen.Probe, program: fuz
     return problems
 
 
-def trace_widening(case: fuzzgen.Case, counts: Counter, problems: List[str]) -> Tuple[Any, Any, Any]:
+def trace_widening(case: programs.Case, counts: Counter, problems: List[str]) -> Tuple[Any, Any, Any]:
     """Trace, widening the policy after each refusal (checking each refusal): (graph or None, plan, probe)."""
     plan = case.plan
     for attempt in range(6):
         probe, _ = case.program.probe(plan, case.model, case.example)
         try:
-            gm = fuzzgen.trace_quietly(case, plan)
+            gm = programs.trace_quietly(case, plan)
         except SpecializationError as error:
             counts["trace refusals" if attempt == 0 else "further refusals"] += 1
             problem = refusal_problem(error, probe, case.program)
@@ -139,14 +139,14 @@ def trace_widening(case: fuzzgen.Case, counts: Counter, problems: List[str]) -> 
     return None, plan, probe
 
 
-def classify(gm: Any, case: fuzzgen.Case, plan: fuzzgen.PolicyPlan, probe: fuzzgen.Probe, label: str,
+def classify(gm: Any, case: programs.Case, plan: programs.PolicyPlan, probe: programs.Probe, label: str,
              x: torch.Tensor, expected: Any, problems: List[str]) -> str:
     """Run the specfx graph on one input: agreed / guarded / silent mismatches / other exceptions."""
-    ok, actual = fuzzgen.run(gm, x)
+    ok, actual = programs.run(gm, x)
     other, _ = case.program.probe(plan, case.model, x)
-    differs = fuzzgen.first_difference(probe.facets, other.facets)
+    differs = programs.first_difference(probe.facets, other.facets)
     where = f"input {label} {tuple(x.shape)}"
-    if ok and fuzzgen.same_output(expected, actual):
+    if ok and programs.same_output(expected, actual):
         if differs is not None:
             problems.append(f"(d) {where}: eager decides {differs} differently, yet no guard fired")
         return "agreed"
@@ -163,7 +163,7 @@ def classify(gm: Any, case: fuzzgen.Case, plan: fuzzgen.PolicyPlan, probe: fuzzg
     return "other exceptions"
 
 
-def jit_trace(case: fuzzgen.Case) -> Any:
+def jit_trace(case: programs.Case) -> Any:
     """``torch.jit.trace`` of the model on the example, or None if it cannot trace it."""
     try:
         with warnings.catch_warnings():
@@ -173,11 +173,11 @@ def jit_trace(case: fuzzgen.Case) -> Any:
         return None
 
 
-def check_case(case: fuzzgen.Case, *, jit: bool = True) -> Dict[str, Any]:
+def check_case(case: programs.Case, *, jit: bool = True) -> Dict[str, Any]:
     """Trace one case with specfx (and jit.trace), run every input and classify the outcomes."""
     counts: Counter = collections.Counter()
     problems: List[str] = []
-    if not fuzzgen.run(case.model, case.example)[0]:
+    if not programs.run(case.model, case.example)[0]:
         counts["invalid examples"] += 1
         return {"counts": counts, "problems": problems, "policy": repr(case.plan.policy())}
     gm, plan, probe = trace_widening(case, counts, problems)
@@ -188,10 +188,10 @@ def check_case(case: fuzzgen.Case, *, jit: bool = True) -> Dict[str, Any]:
     if jit and jm is None:
         counts["jit: trace failures"] += 1
     for label, x in case.inputs:
-        ok, expected = fuzzgen.run(case.model, x)
+        ok, expected = programs.run(case.model, x)
         if not ok:
             counts["inputs skipped (eager raised)"] += 1
-            if gm is not None and fuzzgen.run(gm, x)[0]:
+            if gm is not None and programs.run(gm, x)[0]:
                 counts["graph returned where eager raised"] += 1
             continue
         counts["inputs"] += 1
@@ -202,17 +202,17 @@ def check_case(case: fuzzgen.Case, *, jit: bool = True) -> Dict[str, Any]:
         elif jm is not None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                ok, actual = fuzzgen.run(jm, x)
+                ok, actual = programs.run(jm, x)
             if not ok:
                 counts["jit: exceptions"] += 1
-            elif fuzzgen.same_output(expected, actual):
+            elif programs.same_output(expected, actual):
                 counts["jit: agreed"] += 1
             else:
                 counts["jit: silent mismatches"] += 1
     return {"counts": counts, "problems": problems, "policy": repr(plan.policy())}
 
 
-# -- the grammar of issue 10's classes (tools/fuzzclasses.py) ------------------------------------
+# -- the grammar of the classes of silent answers (tools/fuzz/classes.py) --------------------------
 
 
 def _copy(value: Any) -> Any:
@@ -241,13 +241,13 @@ def _call(fn: Any, args: Tuple[Any, ...], grad: bool, seed: int) -> Tuple[bool, 
 
 
 def _agree(expected: Any, actual: Any) -> bool:
-    if not fuzzgen.same_output(expected, actual):
+    if not programs.same_output(expected, actual):
         return False
     pairs = zip(torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(actual))
     return all(not isinstance(e, torch.Tensor) or e.requires_grad == a.requires_grad for e, a in pairs)
 
 
-def check_class_case(case: fuzzclasses.ClassCase, tag: str) -> Dict[str, Any]:
+def check_class_case(case: classes.ClassCase, tag: str) -> Dict[str, Any]:
     """Trace one program of the class grammar and run every input: agreed / guarded / silent / other."""
     counts: Counter = collections.Counter()
     problems: List[str] = []
@@ -300,14 +300,14 @@ def check_class_case(case: fuzzclasses.ClassCase, tag: str) -> Dict[str, Any]:
 
 def run_chunk(job: Tuple[int, int, int, bool]) -> Tuple[Dict[str, int], List[Dict[str, Any]]]:
     """Check programs ``start .. stop-1`` of ``seed``: summed counts and the failing cases
-    (``jit`` None: the class grammar of tools/fuzzclasses.py)."""
+    (``jit`` None: the class grammar of tools/fuzz/classes.py)."""
     seed, start, stop, jit = job
     torch.set_num_threads(1)
     totals: Counter = collections.Counter()
     failures = []
     for index in range(start, stop):
         if jit is None:
-            class_case = fuzzclasses.generate(fuzzgen.RandomChooser(seed * 1_000_003 + index))
+            class_case = classes.generate(programs.RandomChooser(seed * 1_000_003 + index))
             result = check_class_case(class_case, f"-{seed}-{index}")
             totals["programs"] += 1
             totals[f"  class {class_case.family}"] += 1
@@ -388,8 +388,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--no-jit", action="store_true", help="skip the torch.jit.trace comparison")
     parser.add_argument("--grammar", choices=["programs", "classes"], default="programs",
-                        help="programs: the control-flow grammar (default); classes: issue 10's classes "
-                             "of silent answers (tools/fuzzclasses.py)")
+                        help="programs: the control-flow grammar (default); classes: the classes of "
+                             "answers a trace may take from an example (docs/soundness.md, "
+                             "tools/fuzz/classes.py)")
     parser.add_argument("--only", type=int, default=None, help="run program ONLY alone and print its source")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="worker processes (default: one per CPU; 0 runs in this process)")
@@ -397,7 +398,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     torch.set_num_threads(1)
     jit: Optional[bool] = None if args.grammar == "classes" else not args.no_jit
     if args.only is not None and jit is None:
-        print(fuzzclasses.generate(fuzzgen.RandomChooser(args.seed * 1_000_003 + args.only)).source)
+        print(classes.generate(programs.RandomChooser(args.seed * 1_000_003 + args.only)).source)
         result = fuzz(1, args.seed, jit=None, start=args.only, jobs=0)
     elif args.only is not None:
         case = make_case(args.seed, args.only)

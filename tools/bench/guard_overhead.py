@@ -2,7 +2,7 @@
 (the default) and with ``guards=False``, on a 50-layer CNN and a 12-layer
 transformer encoder, interleaved runs on CPU, medians reported.
 
-    python -m tools.guard_overhead [--repeats 15] [--json]
+    python -m tools.bench.guard_overhead [--repeats 15] [--json]
 
 Timings are process CPU time with one torch thread (steadier than wall time on a
 shared machine). Both models take decisions in every layer (unpacking chunks, a shape
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 import specfx
-from tools.bench_models import GuardedCNN, GuardedTransformer
+from tools.bench.models import GuardedCNN, GuardedTransformer
 from specfx import Policy
 
 

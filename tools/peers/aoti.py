@@ -2,7 +2,7 @@
 """AOTInductor on a specialized model (CPU): specfx.export → aoti_compile_and_package →
 load → compare with eager → the guard fires in the compiled package.
 
-    python -m tools.aoti_export
+    python -m tools.peers.aoti
 
 Not part of the test suite: the C++ compile takes about a minute on two cores
 (the time is printed; docs/quantization.md quotes one run).
@@ -10,6 +10,7 @@ Not part of the test suite: the C++ compile takes about a minute on two cores
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 import time
@@ -19,7 +20,7 @@ import torch
 import specfx
 from specfx import Policy
 
-from tools.export_compare import DataBranch
+from tools.peers.export_routes import DataBranch
 
 
 def main() -> None:
@@ -48,4 +49,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # no options; parsing still gives --help and refuses a mistyped argument before the long compile
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     main()

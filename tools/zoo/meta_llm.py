@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Trace a 7B-parameter Llama-style decoder whose weights live on the ``meta`` device.
 
-    python -m tools.meta_llm                 # 32 layers, hidden 4096 (Llama-2-7B shapes, ~6.7e9 parameters)
-    python -m tools.meta_llm --layers 2      # the same architecture, 2 layers
-    python -m tools.meta_llm --json
+    python -m tools.zoo.meta_llm             # 32 layers, hidden 4096 (Llama-2-7B shapes, ~6.7e9 parameters)
+    python -m tools.zoo.meta_llm --layers 2  # the same architecture, 2 layers
+    python -m tools.zoo.meta_llm --json
 
 The model is transformers' own ``LlamaForCausalLM`` built from a config inside
 ``with torch.device("meta"):``, so no weight is allocated; the example input ids are
@@ -41,7 +41,7 @@ from torch import nn
 
 import specfx
 from specfx import Policy
-from tools.zoo_models import llama_config
+from tools.zoo.models import llama_config
 
 TARGET_SECONDS = 30.0
 TARGET_RSS_BYTES = 2 * 1024 ** 3

@@ -3,7 +3,7 @@ failed guard on data can put it back): for variants that write nothing, a
 train-mode BatchNorm, and a parameter written through ``.data``, before a guard
 on data.
 
-    python -m tools.checkpoint_cost [--rounds 25]
+    python -m tools.bench.checkpoint_cost [--rounds 25]
 
 Each figure is the minimum over interleaved rounds of the CPU time per call
 (``time.process_time``), so other processes on the machine inflate it least.

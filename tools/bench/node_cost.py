@@ -2,8 +2,8 @@
 the difference between tracing ``ResidualNormBlocks(large)`` and ``(small)`` (after a
 warm-up trace), divided by the difference in node counts.
 
-    python -m tools.node_cost            # runs callgrind twice per mode, prints Ir/node
-    python -m tools.node_cost --one 200 examples   # (what each callgrind run executes)
+    python -m tools.bench.node_cost                     # runs callgrind twice per mode, prints Ir/node
+    python -m tools.bench.node_cost --one 200 examples  # (what each callgrind run executes)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ torch.set_num_threads(1)
 
 def _trace(blocks: int, mode: str) -> int:
     import specfx
-    from tools.bench_models import ResidualNormBlocks
+    from tools.bench.models import ResidualNormBlocks
 
     x = torch.randn(4, 32)
     examples = (x,) if mode == "examples" else None
@@ -35,7 +35,7 @@ def _callgrind(blocks: int, mode: str) -> tuple[int, int]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
         run = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m", "tools.node_cost",
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m", "tools.bench.node_cost",
              "--one", str(blocks), mode], capture_output=True, text=True, check=True)
         nodes = int(re.findall(r"^nodes (\d+)$", run.stdout, re.M)[-1])
         with open(out) as file:

@@ -1,7 +1,7 @@
 """Every model the benchmark scripts measure, in one place.
 
-``tools/bench.py`` (trace time, memory, guard cost, scaling), ``tools/guard_overhead.py``
-(forward cost of guards) and ``tools/specializer_bench.py`` (``Specializer`` overhead)
+``tools/bench/suite.py`` (trace time, memory, guard cost, scaling), ``tools/bench/guard_overhead.py``
+(forward cost of guards) and ``tools/bench/specializer_overhead.py`` (``Specializer`` overhead)
 import their models from here, so that a number in ``docs/benchmarks.md`` names one
 definition. Models only: no timing code.
 """
@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 
-# -- ResNet-50 and BERT layouts (tools/bench.py) ------------------------------------------
+# -- ResNet-50 and BERT layouts (tools/bench/suite.py) ------------------------------------------
 
 
 class Bottleneck(nn.Module):
@@ -145,7 +145,7 @@ class BertLike(nn.Module):
         return x
 
 
-# -- deep models of small tensors, where per-op overhead shows (issue 14) ------------------
+# -- deep models of small tensors, where per-op overhead shows (the trace-time targets) ---
 
 
 class _NormLinearGelu(nn.Module):
@@ -160,8 +160,8 @@ class _NormLinearGelu(nn.Module):
 
 
 class ResidualNormBlocks(nn.Module):
-    """``blocks`` residual blocks ``x + GELU(Linear(LayerNorm(x)))``: issue 14's first
-    model (200 blocks, width 32, input 4x32)."""
+    """``blocks`` residual blocks ``x + GELU(Linear(LayerNorm(x)))``: the first
+    trace-time target model, res-norm-200 (200 blocks, width 32, input 4x32)."""
 
     def __init__(self, blocks: int = 200, width: int = 32) -> None:
         super().__init__()
@@ -186,7 +186,7 @@ class _MLPBlock(nn.Module):
 
 def sequential_mlp_blocks(blocks: int = 100, width: int = 64) -> nn.Sequential:
     """``nn.Sequential`` of ``blocks`` blocks Linear → ReLU → Linear → ReLU → add → LayerNorm:
-    issue 14's second model (100 blocks, width 64, input 8x64)."""
+    the second trace-time target model, mlp-seq-100 (100 blocks, width 64, input 8x64)."""
     return nn.Sequential(*(_MLPBlock(width) for _ in range(blocks)))
 
 
@@ -210,7 +210,7 @@ class Chain(nn.Module):
         return self.blocks(x)
 
 
-# -- models that take a decision in every layer (tools/guard_overhead.py) -----------------
+# -- models that take a decision in every layer (tools/bench/guard_overhead.py) -----------------
 
 
 class _GuardedConvBlock(nn.Module):
@@ -280,7 +280,7 @@ class GuardedTransformer(nn.Module):
         return x
 
 
-# -- Specializer workloads (tools/specializer_bench.py, bench.py's prologue target) -------
+# -- Specializer workloads (tools/bench/specializer_overhead.py, suite.py's prologue target) -------
 
 
 class SmallMLP(nn.Module):

@@ -1,9 +1,9 @@
-"""The differential fuzzer's grammar for issue 10's classes of silent answers.
+"""The differential fuzzer's grammar for the classes of silent answers (docs/soundness.md).
 
 Each class of answers a trace may take from an example (see docs/soundness.md) has
 a family of templates here; :func:`generate` picks one, fills in its random choices
 (constants, shapes, which variant, the policy) and returns a :class:`ClassCase`:
-Python source defining ``f``, an example and fresh inputs. ``python -m tools.fuzz --grammar
+Python source defining ``f``, an example and fresh inputs. ``python -m tools.fuzz.run --grammar
 classes`` traces ``f`` with specfx (widening the policy to ``Specialize.ALL`` after a
 refusal) and runs eager and the graph on every input, with the same RNG seed and the
 same grad mode: each input *agrees*, is *guarded* (``GuardError``) or is a *silent

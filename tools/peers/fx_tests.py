@@ -16,10 +16,10 @@ line of its error and where in the test file it was raised.
 
 Usage::
 
-    python -m tools.fx_compat /path/to/test_fx.py             # TestFX under specfx
-    python -m tools.fx_compat /path/to/test_fx.py --baseline  # stock torch.fx, for comparison
-    python -m tools.fx_compat /path/to/test_fx.py -k pickle -v  # only tests whose name contains
-                                                              # "pickle", with full tracebacks
+    python -m tools.peers.fx_tests /path/to/test_fx.py               # TestFX under specfx
+    python -m tools.peers.fx_tests /path/to/test_fx.py --baseline    # stock torch.fx, for comparison
+    python -m tools.peers.fx_tests /path/to/test_fx.py -k pickle -v  # only tests whose name contains
+                                                                     # "pickle", with full tracebacks
 
 The test file is not part of this repository: take ``test/test_fx.py`` of the
 PyTorch release that is installed, with the ``test/fx/`` helpers it imports

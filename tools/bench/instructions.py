@@ -1,15 +1,15 @@
 """Instruction counts of a trace (valgrind's callgrind): repeatable before/after numbers
-for issue 14 on a machine too busy for wall-clock A/B runs.
+on a machine too busy for wall-clock A/B runs.
 
-    python -m tools.instructions [MODEL ...] [--reps N]       # runs itself under valgrind
-    python -m tools.instructions --gc-off res-norm-200         # the same with the collector off
+    python -m tools.bench.instructions [MODEL ...] [--reps N]  # runs itself under valgrind
+    python -m tools.bench.instructions --gc-off res-norm-200   # the same with the collector off
 
 Each contender (eager forward, ``symbolic_trace``, ``specfx.trace`` without and with
 examples under ``Policy(Specialize.ALL)``) is warmed up, then called ``--reps`` times
 with callgrind collecting only around those calls (``--instr-atstart=no`` and client
 requests from a tiny C helper compiled on first use: the interpreter's and torch's
-start-up are not instrumented). Reported: instructions per call, and the issue's
-ratios on instructions (specfx+ex / (symbolic_trace + eager), specfx / symbolic_trace).
+start-up are not instrumented). Reported: instructions per call, and the trace-time
+targets' ratios on instructions (specfx+ex / (symbolic_trace + eager), specfx / symbolic_trace).
 The per-function profile of the last contender stays in the callgrind output files
 (``--keep DIR``; read them with ``callgrind_annotate``).
 """
@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
+
+from tools import CHECKOUT
 
 CONTENDERS = ("eager", "symbolic_trace", "specfx", "specfx+ex")
 _HELPER_SOURCE = """#include <valgrind/callgrind.h>
@@ -47,7 +49,7 @@ def _measured(names: Sequence[str], reps: int, directory: Path, gc_off: bool) ->
     """Runs inside valgrind: one dump per (model, contender)."""
     import torch
 
-    from tools.bench import build_cases, contender_calls
+    from tools.bench.suite import build_cases, contender_calls
 
     torch.set_num_threads(1)
     helper = _helper(directory)
@@ -83,10 +85,10 @@ def run(names: Sequence[str], reps: int, gc_off: bool, keep: Optional[str],
     directory.mkdir(parents=True, exist_ok=True)
     _helper(directory)
     command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={directory}/callgrind.out.%p",
-               sys.executable, "-m", "tools.instructions", "--inside", str(directory), "--reps", str(reps),
+               sys.executable, "-m", "tools.bench.instructions", "--inside", str(directory), "--reps", str(reps),
                *(["--gc-off"] if gc_off else []), *names]
     # string hashing seeds set and dict orders, which move GC and cache work between runs
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), PYTHONHASHSEED="0")
+    env = dict(os.environ, PYTHONPATH=str(CHECKOUT), PYTHONHASHSEED="0")
     subprocess.run(command, check=True, env=env, stderr=subprocess.DEVNULL)
     results: Dict[str, Dict[str, float]] = {}
     for label, total in _totals(directory).items():

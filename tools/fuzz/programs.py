@@ -36,8 +36,8 @@ refuse). ``generate_inputs`` varies data, signs, batch, channels, length,
 rank, dtype and contiguity around the example, so many inputs break guards.
 
 Randomness comes from a *chooser* (``integer``/``choice``/``chance``):
-:class:`RandomChooser` for ``tools/fuzz.py``, a hypothesis-backed one in
-``tests/test_fuzz.py`` (so failures shrink). Import it as ``tools.fuzzgen``
+:class:`RandomChooser` for ``tools/fuzz/run.py``, a hypothesis-backed one in
+``tests/test_fuzz.py`` (so failures shrink). Import it as ``tools.fuzz.programs``
 (see ``tools/__init__.py``); it needs only torch and specfx.
 """
 

@@ -1,7 +1,7 @@
 """Measure the table of docs/comparison.md: specfx beside the other ways to get a graph.
 
-    python -m tools.compare            # print the table
-    python -m tools.compare --check    # exit 1 unless docs/comparison.md holds this table
+    python -m tools.peers.comparison          # print the table
+    python -m tools.peers.comparison --check  # exit 1 unless docs/comparison.md holds this table
 
 Each tracer gets the same tiny models, each with an example input and an input
 that takes another path through the model's Python code. A cell says what
@@ -16,10 +16,10 @@ the tracers do.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import io
-import pathlib
 import sys
 import warnings
 from typing import Any, Callable, Dict, List, Tuple
@@ -29,9 +29,10 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import specfx
+from tools import CHECKOUT
 
-DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "comparison.md"
-BEGIN, END = "<!-- begin: python -m tools.compare -->", "<!-- end: python -m tools.compare -->"
+DOC = CHECKOUT / "docs" / "comparison.md"
+BEGIN, END = "<!-- begin: python -m tools.peers.comparison -->", "<!-- end: python -m tools.peers.comparison -->"
 
 
 class Unpack(nn.Module):
@@ -176,8 +177,11 @@ def render(rows: List[List[str]]) -> str:
 
 
 def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 unless docs/comparison.md holds this table")
+    args = parser.parse_args(argv)
     table = render(measure())
-    if "--check" in argv:
+    if args.check:
         text = DOC.read_text()
         current = text[text.index(BEGIN): text.index(END) + len(END)]
         if current != table:

@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""Model zoo runner: trace the models of ``tools/zoo_models.py`` with ``specfx.trace`` (and
+"""Model zoo runner: trace the models of ``tools/zoo/models.py`` with ``specfx.trace`` (and
 ``torch.fx.symbolic_trace`` beside it) and check the graphs against eager execution.
 
-    python -m tools.zoo                           # every model, one table
-    python -m tools.zoo --models 'hf-*' nn-lstm   # names or globs (see --list)
-    python -m tools.zoo --json                    # machine-readable results
-    python -m tools.zoo --in-process              # no subprocess per model (faster, but a crash ends the run)
-    python -m tools.zoo --in-process --markdown --timings --models 'hf-*'   # docs/transformers.md's table
+    python -m tools.zoo.run                           # every model, one table
+    python -m tools.zoo.run --models 'hf-*' nn-lstm   # names or globs (see --list)
+    python -m tools.zoo.run --json                    # machine-readable results
+    python -m tools.zoo.run --in-process              # no subprocess per model (faster, but a crash ends the run)
+    python -m tools.zoo.run --in-process --markdown --timings --models 'hf-*'   # docs/transformers.md's table
 
 Per model the table shows: whether plain ``symbolic_trace`` traces it (and whether
 that graph matches eager), whether ``specfx.trace`` does, the graph's node count,
@@ -32,7 +32,6 @@ import fnmatch
 import importlib.util
 import json
 import math
-import os
 import re
 import signal
 import subprocess
@@ -46,7 +45,8 @@ import torch.fx
 
 import specfx
 from specfx import Policy, Specialize
-from tools.zoo_models import ARCHITECTURES, ARCHITECTURES_BY_NAME, CASES, CASES_BY_NAME, Built, Call, Case
+from tools import CHECKOUT
+from tools.zoo.models import ARCHITECTURES, ARCHITECTURES_BY_NAME, CASES, CASES_BY_NAME, Built, Call, Case
 
 __all__ = ["ARCHITECTURES", "ARCHITECTURES_BY_NAME", "CASES", "CASES_BY_NAME", "follow_messages", "narrowest",
            "run_case", "run_pair", "tensors_of", "trace_built"]
@@ -420,10 +420,9 @@ def _error_location(error: BaseException) -> str:
 
 def _run_isolated(case: Case, timeout: float, timings: bool = False) -> Dict[str, Any]:
     """Run one case in a subprocess; a crash is reported with the stage it happened in."""
-    command = [sys.executable, "-m", "tools.zoo", "--worker", case.name] + (["--timings"] if timings else [])
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    command = [sys.executable, "-m", "tools.zoo.run", "--worker", case.name] + (["--timings"] if timings else [])
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=root)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=CHECKOUT)
     except subprocess.TimeoutExpired:
         return {"model": case.name, "group": case.group, "note": case.note, "symbolic_trace": "?",
                 "specfx": f"timeout after {timeout:.0f} s"}
@@ -447,7 +446,7 @@ def _run_isolated(case: Case, timeout: float, timings: bool = False) -> Dict[str
 
 
 def _short_path(path: str) -> str:
-    for marker in ("site-packages/", os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/"):
+    for marker in ("site-packages/", f"{CHECKOUT}/"):
         if marker in path:
             return path.split(marker, 1)[1]
     return path

@@ -6,7 +6,7 @@ same loop in the same kind of thread with no trace running. Rounds alternate
 machine delays a thread but does not bill it); the table shows medians and the
 ratio's minimum.
 
-    python -m tools.thread_overhead [--rounds 9]
+    python -m tools.bench.thread_overhead [--rounds 9]
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The zoo's models: what ``tools/zoo.py`` traces and ``tests/test_zoo.py`` checks.
+"""The zoo's models: what ``tools/zoo/run.py`` traces and ``tests/test_zoo.py`` checks.
 
 Every entry builds a model with random weights and tiny sizes (no downloads,
 ``HF_HUB_OFFLINE=1``) together with its example input and the other inputs the
@@ -694,7 +694,7 @@ def _architecture_case(arch: Architecture) -> "Case":
 
 def llama_config(layers: int = 2, hidden: int = 32, intermediate: int = 64, heads: int = 4, kv_heads: int = 2,
                  vocab: int = 100, attn_implementation: str = "sdpa"):
-    """A Llama config of the given sizes (``tools/meta_llm.py`` builds Llama-2-7B shapes with it)."""
+    """A Llama config of the given sizes (``tools/zoo/meta_llm.py`` builds Llama-2-7B shapes with it)."""
     transformers = _transformers()
     return transformers.LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
                                     num_hidden_layers=layers, num_attention_heads=heads,

@@ -2,7 +2,7 @@
 calling the chosen GraphModule directly, and a guard-changing workload
 compared with ``torch.compile(backend="eager")`` recompiling.
 
-    python -m tools.specializer_bench [--repeats 200] [--json]
+    python -m tools.bench.specializer_overhead [--repeats 200] [--json]
 
 Timings are medians of interleaved calls (wrapper and direct alternate), so
 machine noise hits both alike.
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 import specfx
-from tools.bench_models import GatedMLP, MultiInput, SmallMLP, SmallResNet
+from tools.bench.models import GatedMLP, MultiInput, SmallMLP, SmallResNet
 from specfx import Policy
 
 

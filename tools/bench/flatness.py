@@ -1,9 +1,9 @@
-"""Where the per-op cost of a long trace goes, phase by phase, from 1k to 100k ops (issue 14's
+"""Where the per-op cost of a long trace goes, phase by phase, from 1k to 100k ops (the
 flatness target: the last marginal cost of an op at most 1.2 × the first).
 
-    python -m tools.flatness                       # CPU time, chain of 1000 / 10000 / 100000 ops
-    python -m tools.flatness --sizes 1000 10000 --rounds 5 --contenders specfx
-    python -m tools.flatness --instructions        # instruction counts (valgrind's callgrind)
+    python -m tools.bench.flatness                 # CPU time, chain of 1000 / 10000 / 100000 ops
+    python -m tools.bench.flatness --sizes 1000 10000 --rounds 5 --contenders specfx
+    python -m tools.bench.flatness --instructions  # instruction counts (valgrind's callgrind)
 
 One trace is split into phases, each charged only for its own time (a phase inside another
 is taken out of the outer one): ``Tracer.trace`` proper, the state snapshot and restore
@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from tools import CHECKOUT
 
 CONTENDERS = ("symbolic_trace", "specfx", "specfx+ex")
 DEFAULT_SIZES = (1000, 10000, 100000)
@@ -112,7 +114,7 @@ class Phases:
 
 
 def _calls(sizes: Sequence[int], contenders: Sequence[str]) -> Dict[Tuple[int, str], Callable[[], Any]]:
-    from tools.bench import chain_cases, contender_calls
+    from tools.bench.suite import chain_cases, contender_calls
 
     return {(case.ops or 0, name): call for case in chain_cases(sizes)
             for name, call in contender_calls(case, contenders).items()}
@@ -186,9 +188,9 @@ def instruction_phases(sizes: Sequence[int], contenders: Sequence[str],
     directory = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="specfx-flatness-"))
     directory.mkdir(parents=True, exist_ok=True)
     command = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-               f"--callgrind-out-file={directory}/callgrind.out.%p", sys.executable, "-m", "tools.flatness",
+               f"--callgrind-out-file={directory}/callgrind.out.%p", sys.executable, "-m", "tools.bench.flatness",
                "--inside", str(directory), "--sizes", *map(str, sizes), "--contenders", *contenders]
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), PYTHONHASHSEED="0")
+    env = dict(os.environ, PYTHONPATH=str(CHECKOUT), PYTHONHASHSEED="0")
     subprocess.run(command, check=True, env=env, stderr=subprocess.DEVNULL)
     out: Dict[Tuple[int, str], Dict[str, float]] = {}
     for dump in directory.glob("callgrind.out*"):

@@ -5,8 +5,8 @@
 - ``specfx.export`` → torchao PT2E (``X86InductorQuantizer``, ``prepare_pt2e``/``convert_pt2e``),
 - ``specfx.trace`` → FX graph-mode quantization (``prepare_fx``/``convert_fx``, deprecated upstream).
 
-    python -m tools.export_compare            # the table of docs/quantization.md
-    python -m tools.export_compare --models data-branch moe-router
+    python -m tools.peers.export_routes  # the table of docs/quantization.md
+    python -m tools.peers.export_routes --models data-branch moe-router
 
 Per route: whether it produces a quantized program, how many checks the program keeps
 (specfx decisions → assertion nodes and export's input guards; FX: guard nodes), the SQNR
@@ -94,7 +94,7 @@ def tiny_mixtral() -> nn.Module:
 
 
 def _zoo() -> Any:
-    from tools import zoo  # imported when a zoo model is built (it imports transformers)
+    from tools.zoo import run as zoo  # imported when a zoo model is built (it imports transformers)
 
     return zoo
 

@@ -1,0 +1,1 @@
+"""Benchmarks: what specfx costs (README.md lists the entry points)."""

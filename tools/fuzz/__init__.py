@@ -1,0 +1,1 @@
+"""Differential fuzzing against eager (README.md lists the entry points)."""

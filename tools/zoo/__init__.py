@@ -1,0 +1,1 @@
+"""Real models traced and checked against eager (README.md lists the entry points)."""
