@@ -20,7 +20,7 @@ from torch import nn
 
 import specfx
 from specfx import Policy
-from specfx._specializer.variants import Writes
+from specfx._trace.guard_runs import Writes
 
 
 class HalvesThroughData(nn.Module):

@@ -18,7 +18,8 @@ import torch
 import torch.fx
 
 from .._trace.options import check_trace_options, split_concrete
-from .variants import Checkpoint, Variant
+from .._trace.guard_runs import Checkpoint
+from .variants import Variant
 from ..guards import GUARD_FUNCTIONS
 from .._policy.messages import short_repr
 from .._graph.report import explain as explain_graph

@@ -21,7 +21,7 @@ from torch import nn
 
 import specfx
 from specfx import Policy
-from specfx._specializer.variants import Checkpoint
+from specfx._trace.guard_runs import Checkpoint
 
 
 class LinearNorm(nn.Module):
