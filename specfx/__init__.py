@@ -49,6 +49,7 @@ from ._graph.report import explain, specializations
 from ._policy.scope import specialize
 from ._specializer.specializer import Specializer
 from ._trace.trace import trace
+from ._trace.coverage import Coverage, GuardCoverage, coverage
 from ._capture.tracer import SpecTracer, autocast_enabled  # noqa: F401 - called by generated graph code
 from ._trace.options import check_concrete_arg, check_input_type, default_argument  # noqa: F401 - called by generated graph code
 from .errors import (
@@ -66,6 +67,8 @@ __version__ = "0.2.0"
 # (and its pickles, since 0.1) reference them as `specfx.guard_*`; they are documented
 # in specfx.guards and are not API to call.
 __all__ = [
+    "Coverage",
+    "GuardCoverage",
     "GuardError",
     "GuardKind",
     "Policy",
@@ -78,6 +81,7 @@ __all__ = [
     "Specializer",
     "TraceCheckError",
     "VariantLimitError",
+    "coverage",
     "explain",
     "export",
     "specializations",

@@ -16,9 +16,9 @@ class TestPublicAPI:
     def test_all(self):
         """__all__ is exactly the documented API, sorted."""
         assert specfx.__all__ == [
-            "GuardError", "GuardKind", "Policy", "SpecTracer", "SpecfxError", "Specialization", "SpecializationError",
+            "Coverage", "GuardCoverage", "GuardError", "GuardKind", "Policy", "SpecTracer", "SpecfxError", "Specialization", "SpecializationError",
             "SpecializationWarning", "Specialize", "Specializer", "TraceCheckError", "VariantLimitError",
-            "explain", "export", "specializations", "specialize", "trace",
+            "coverage", "explain", "export", "specializations", "specialize", "trace",
         ]
         assert specfx.__all__ == sorted(specfx.__all__)
 
