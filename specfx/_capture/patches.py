@@ -13,7 +13,7 @@ is made through :func:`patch` inside a :func:`tracing` session:
 - nested sessions (a trace inside a trace) see their own replacements first.
 
 >>> import math
->>> from specfx import _patches
+>>> from specfx._capture import patches as _patches
 >>> with _patches.tracing():
 ...     _patches.patch(math, "floor", lambda x: "patched")
 ...     math.floor(2.5)
