@@ -24,7 +24,6 @@ True
 from __future__ import annotations
 
 import functools
-import math
 import operator
 import sys
 from typing import Any, Callable, Dict, Mapping, NoReturn, TypeVar
@@ -33,7 +32,7 @@ import torch
 from torch.fx.node import has_side_effect
 from torch.fx.proxy import Proxy
 
-from ._checks.kinds import GuardKind, fingerprint, type_name
+from ._checks.kinds import GuardKind, fingerprint, same_value, type_name
 from ._checks.lowered import LOWERINGS
 from ._policy.messages import describe_identity, guard_failure
 from .errors import GuardError
@@ -139,22 +138,6 @@ def _observe(what: str, expected: Any, where: str, observe: Callable[[], Any]) -
         _fail(what, expected, f"<{type(error).__name__}: {error}>", where)
 
 
-def _same(actual: Any, expected: Any) -> bool:
-    """Identical Python values: same type, NaN matches NaN, and -0.0 is not 0.0
-    (code such as ``math.copysign`` or ``1 / v`` tells them apart)."""
-    if type(actual) is not type(expected):
-        return False
-    if isinstance(expected, (list, tuple)):
-        return len(actual) == len(expected) and all(_same(a, e) for a, e in zip(actual, expected))
-    if isinstance(expected, float):
-        if math.isnan(expected):
-            return math.isnan(actual)
-        return actual == expected and math.copysign(1.0, actual) == math.copysign(1.0, expected)
-    if isinstance(expected, complex):
-        return _same(actual.real, expected.real) and _same(actual.imag, expected.imag)
-    return bool(actual == expected)
-
-
 @_guard
 def guard_len(value: Any, expected: int, what: str, where: str) -> None:
     """Fail unless ``len(value) == expected``."""
@@ -205,17 +188,18 @@ def guard_numel(value: Any, expected: int, what: str, where: str) -> None:
 
 @_guard
 def guard_int(value: Any, expected: int, what: str, where: str) -> None:
-    """Fail unless ``int(value) == expected``."""
+    """Fail unless ``int(value)`` is ``expected`` (compared by :func:`same_value`, as every guard
+    of a number read from data compares)."""
     actual = _observe(what, expected, where, lambda: int(value))
-    if actual != expected:
+    if not same_value(actual, expected):
         _fail(what, expected, actual, where)
 
 
 @_guard
 def guard_index(value: Any, expected: int, what: str, where: str) -> None:
-    """Fail unless ``operator.index(value) == expected``."""
+    """Fail unless ``operator.index(value)`` is ``expected`` (compared by :func:`same_value`)."""
     actual = _observe(what, expected, where, lambda: operator.index(value))
-    if actual != expected:
+    if not same_value(actual, expected):
         _fail(what, expected, actual, where)
 
 
@@ -223,7 +207,7 @@ def guard_index(value: Any, expected: int, what: str, where: str) -> None:
 def guard_float(value: Any, expected: float, what: str, where: str) -> None:
     """Fail unless ``float(value)`` is ``expected`` (NaN matches NaN, -0.0 differs from 0.0)."""
     actual = _observe(what, expected, where, lambda: float(value))
-    if not _same(actual, expected):
+    if not same_value(actual, expected):
         _fail(what, expected, actual, where)
 
 
@@ -231,7 +215,7 @@ def guard_float(value: Any, expected: float, what: str, where: str) -> None:
 def guard_item(value: Any, expected: Any, what: str, where: str) -> None:
     """Fail unless ``value.item()`` is ``expected`` (same type; NaN and signed zero as in guard_float)."""
     actual = _observe(what, expected, where, lambda: value.item())
-    if not _same(actual, expected):
+    if not same_value(actual, expected):
         _fail(what, expected, actual, where)
 
 
@@ -239,7 +223,7 @@ def guard_item(value: Any, expected: Any, what: str, where: str) -> None:
 def guard_tolist(value: Any, expected: Any, what: str, where: str) -> None:
     """Fail unless ``value.tolist() == expected`` (element types and float signs included)."""
     actual = _observe(what, expected, where, lambda: value.tolist())
-    if not _same(actual, expected):
+    if not same_value(actual, expected):
         _fail(what, expected, actual, where)
 
 
@@ -307,7 +291,7 @@ def guard_type(value: Any, expected: str, what: str, where: str) -> None:
 def guard_value(value: Any, expected: Any, what: str, where: str) -> None:
     """Fail unless the Python value ``value`` is ``expected`` (same type and value; see :func:`fingerprint`)."""
     actual = fingerprint(value)
-    if not _same(actual, expected):
+    if not same_value(actual, expected):
         _fail(what, expected, actual, where)
 
 

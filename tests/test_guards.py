@@ -99,6 +99,10 @@ def flatten_by_numel(x):
     return x.reshape(x.numel())
 
 
+def flatten_by_sizes(x):
+    return x.reshape(x.size(0) * x.size(1))
+
+
 def scale_by_int(x):
     return x * int(x.sum())
 
@@ -117,6 +121,10 @@ def scale_by_item(x):
 
 def scale_by_tolist(x):
     return [x * v for v in x.tolist()]
+
+
+def scale_by_max_item(x):
+    return x * x.max().item()
 
 
 def sum_dict(features):
@@ -189,6 +197,14 @@ class TestBoolGuards:
             violating=[inputs(-torch.ones(3))],
         )
 
+    def test_branch_not_taken_on_data(self):
+        """Traced on the False side of the branch, an input that makes the predicate True raises GuardError."""
+        check_guard(
+            branch_on_data, -torch.ones(3), Policy(bool=True), "bool",
+            satisfying=[inputs(-torch.rand(3) - 0.1)],
+            violating=[inputs(torch.ones(3))],
+        )
+
     def test_branch_on_shape_predicate_keeps_shapes_symbolic(self):
         """`if x.shape[0] > 1` under BOOL alone guards the predicate, so every batch size above 1 keeps working."""
         gm = check_guard(
@@ -215,22 +231,35 @@ class TestShapeGuards:
     @pytest.mark.parametrize(
         ("model", "kind", "violating"),
         [
-            (reshape_by_shape, "shape", torch.randn(3, 3)),
-            (reshape_by_size_dim, "size", torch.randn(3, 3)),
-            (view_as_size, "shape", torch.randn(2, 4)),
-            (sum_last_by_ndim, "ndim", torch.randn(2, 3, 2)),
-            (sum_last_by_dim, "ndim", torch.randn(2, 3, 2)),
-            (flatten_by_numel, "numel", torch.randn(3, 3)),
+            (reshape_by_shape, "shape", [torch.randn(3, 3), torch.randn(1, 3), torch.randn(2, 2)]),
+            (reshape_by_size_dim, "size", [torch.randn(3, 3), torch.randn(1, 3)]),
+            (view_as_size, "shape", [torch.randn(2, 4), torch.randn(2, 2), torch.randn(1, 3)]),
+            (sum_last_by_ndim, "ndim", [torch.randn(2, 3, 2), torch.randn(6)]),
+            (sum_last_by_dim, "ndim", [torch.randn(2, 3, 2), torch.randn(6)]),
+            (flatten_by_numel, "numel", [torch.randn(3, 3), torch.randn(1, 3)]),
         ],
         ids=["shape", "size(d)", "size()", "ndim", "dim()", "numel()"],
     )
     def test_shape_guard(self, model, kind, violating):
-        """A shape read as Python ints holds for tensors of that shape and raises GuardError for another shape."""
+        """A shape read as Python ints holds for tensors of that shape and raises GuardError for
+        another shape, smaller or larger."""
         check_guard(
             model, torch.randn(2, 3), Policy(shapes=True), kind,
             satisfying=[inputs(torch.randn(2, 3))],
-            violating=[inputs(violating)],
+            violating=[inputs(x) for x in violating],
         )
+
+    def test_each_dimension_read_is_its_own_decision(self):
+        """`x.size(0)` and `x.size(1)` of one tensor are two decisions with a guard each: a change
+        in either dimension raises GuardError."""
+        gm = specfx.trace(flatten_by_sizes, torch.randn(2, 3), policy=Policy(shapes=True))
+        assert [(s.kind, s.expression, s.value) for s in gm.specializations] == [
+            ("size", "x.size(0)", 2), ("size", "x.size(1)", 3)]
+        assert len(guard_nodes(gm)) == 2
+        assert_same_as_eager(gm, flatten_by_sizes, torch.randn(2, 3))
+        for violating, expression in ((torch.randn(3, 3), r"x.size\(0\)"), (torch.randn(2, 4), r"x.size\(1\)")):
+            with pytest.raises(GuardError, match=expression):
+                gm(violating)
 
 
 class TestScalarGuards:
@@ -252,6 +281,44 @@ class TestScalarGuards:
             satisfying=[inputs(torch.ones(2))],
             violating=[inputs(violating)],
         )
+
+
+class TestScalarTypes:
+    """`.item()` and `.tolist()` give a Python int, float or bool as the tensor's dtype says, and
+    eager's result follows that type (an int64 tensor times an int stays int64): the same
+    number of another type is another value."""
+
+    @pytest.mark.parametrize(
+        ("model", "kind", "example", "other"),
+        [
+            (scale_by_item, "item", torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.int64)),
+            (scale_by_item, "item", torch.ones(2, dtype=torch.int64), torch.ones(2, dtype=torch.float32)),
+            (scale_by_max_item, "item", torch.ones(2), torch.ones(2, dtype=torch.bool)),
+            (scale_by_tolist, "tolist", torch.ones(2), torch.ones(2, dtype=torch.int32)),
+        ],
+        ids=["float-then-int", "int-then-float", "float-then-bool", "tolist-float-then-int"],
+    )
+    def test_the_same_number_of_another_type_fails_the_guard(self, model, kind, example, other):
+        gm = specfx.trace(model, (example,), policy=Policy(scalars=True))
+        (record,) = gm.specializations
+        assert record.kind == kind
+        assert_same_as_eager(gm, model, example.clone())
+        read = {scale_by_item: lambda x: x.sum().item(), scale_by_max_item: lambda x: x.max().item(),
+                scale_by_tolist: lambda x: x.tolist()}[model]
+        traced, given = read(example), read(other)
+        assert traced == given  # the same number: only its Python type differs
+        with pytest.raises(GuardError, match=re.escape(
+                f"assuming {record.expression} == {traced!r}, but for this input {record.expression} == {given!r}.")):
+            gm(other)
+
+    @pytest.mark.parametrize("model", [scale_by_int, scale_by_float, repeat_by_index], ids=["int", "float", "index"])
+    def test_int_float_and_index_give_one_type_whatever_the_dtype(self, model):
+        """`int()`, `float()` and `operator.index()` answer one Python type for every dtype: the
+        same number read from an int64 or float64 input passes the guard, and the graph returns
+        eager's result, dtype included."""
+        gm = specfx.trace(model, (torch.ones(2),), policy=Policy(scalars=True))
+        for x in (torch.ones(2, dtype=torch.int64), torch.ones(2, dtype=torch.float64)):
+            assert_same_as_eager(gm, model, x)
 
 
 class TestKeysGuard:

@@ -4,6 +4,7 @@ bound ``forward`` and ``functools.partial`` trace as users expect."""
 from __future__ import annotations
 
 import functools
+import warnings
 
 import pytest
 import torch
@@ -100,7 +101,13 @@ class TestCheckInputsIsExact:
         assert "shares memory with nothing in the graph, with input leaf 0 in eager" in problem
 
     def test_a_model_returning_its_input_checks_clean(self):
-        specfx.trace(lambda x: x, (torch.ones(2),), check_inputs=[torch.zeros(3)])
+        """An output that is the input itself aliases it in eager and in the graph alike:
+        check_inputs finds no difference (no error, no warning), and the graph returns its input."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            gm = specfx.trace(lambda x: x, (torch.ones(2),), check_inputs=[torch.zeros(3)])
+        x = torch.zeros(3)
+        assert gm(x) is x
 
     def test_bad_tolerance_refused(self):
         with pytest.raises(TypeError, match=r"check_tolerance= takes \(rtol, atol\)"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import linecache
 import random
+import re
 
 import pytest
 import torch
@@ -495,8 +496,13 @@ class TestTensorProperties:  # class 7
             return x + 1 if x.grad is None else x
 
         gm = specfx.trace(f, torch.ones(2))
-        assert "add" in gm.code
+        assert [(s.kind, s.expression, s.value) for s in gm.specializations] == [("is_none", "x.grad", True)]
         assert same_or_guard(gm, f, torch.ones(2)) == "equal"
+        with_grad = torch.ones(2, requires_grad=True)
+        with_grad.grad = torch.full((2,), 5.0)
+        assert f(with_grad) is with_grad  # eager takes the other branch
+        with pytest.raises(GuardError, match=r"assuming x.grad is None, but for this input x.grad is not None"):
+            gm(with_grad)
 
     def test_layout_and_is_sparse_are_guarded_by_layout(self):
         """`x.is_sparse` is a layout decision."""
@@ -542,7 +548,11 @@ class TestTensorProperties:  # class 7
             return x + 1 if torch.is_tensor(x) else x
 
         gm = specfx.trace(f, torch.ones(2))
-        assert "add" in gm.code
+        assert [(s.kind, s.node, s.value) for s in gm.specializations] == [("type", "x", "torch.Tensor")]
+        assert same_or_guard(gm, f, torch.randn(3)) == "equal"
+        assert f(3.0) == 3.0  # eager answers False for a number and returns it
+        with pytest.raises(GuardError, match=r"x is a float \(3.0\), traced as a Tensor"):
+            gm(3.0)
 
 
 class TestTypeOfTracedValues:  # class 7, type(x)
@@ -755,14 +765,24 @@ class TestRandomness:  # class 10
         outcomes = {same_or_guard(gm, traced_branch, torch.ones(2)) for _ in range(40)}
         assert outcomes == {"equal", "guard"}
 
-    def test_python_and_numpy_draws_are_refused(self):
-        """random.random() and numpy.random draws in forward are refused."""
-
-        def f(x):
-            return x * random.random()
-
-        with pytest.raises(SpecializationError, match=r"random.random\(\)"):
-            specfx.trace(f, torch.ones(2))
+    @pytest.mark.parametrize("draw", [
+        "random.random()", "random.uniform(0, 1)", "random.randint(0, 3)", "random.gauss(0, 1)",
+        "random.choice([1, 2])", "numpy.random.rand()", "numpy.random.randn()", "numpy.random.randint(0, 3)",
+        "numpy.random.normal()", "numpy.random.uniform()",
+    ])
+    def test_python_and_numpy_draws_are_refused(self, draw):
+        """Python's and numpy's random draws in forward are refused (the graph would freeze the
+        number drawn), naming the call, and neither generator is advanced."""
+        numpy = pytest.importorskip("numpy")
+        namespace = {"random": random, "numpy": numpy}
+        exec(f"def f(x):\n    return x * {draw}\n", namespace)
+        python_state, numpy_state = random.getstate(), numpy.random.get_state()
+        name = draw.split("(")[0]
+        with pytest.raises(SpecializationError, match=re.escape(f"{name}()")):
+            specfx.trace(namespace["f"], torch.ones(2))
+        assert random.getstate() == python_state
+        after = numpy.random.get_state()
+        assert after[0] == numpy_state[0] and (after[1] == numpy_state[1]).all() and after[2:] == numpy_state[2:]
 
 
 class TestPolicyExactly:  # class 11

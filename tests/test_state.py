@@ -404,6 +404,22 @@ class TogglesGrad(nn.Module):
         return x * self.w
 
 
+class FreezesItsLinear(nn.Module):
+    """Freezes its parameters from forward through the parameters themselves (not values
+    the trace reads, which an in-place op would write on the trace's copy): the trace
+    cannot redirect these writes, so it must put them back."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def forward(self, x):
+        for p in self.lin.parameters():
+            p.requires_grad = False
+            p.grad = None
+        return self.lin(x)
+
+
 class OwnGenerator(nn.Module):
     def __init__(self):
         super().__init__()
@@ -472,12 +488,32 @@ class TestCopyOnWrite:
         # the graph halves the weight on each call, as eager does
         assert torch.equal(gm(torch.ones(4)), torch.full((4,), 0.5))
 
-    def test_requires_grad_and_grad_are_put_back(self):
+    def test_requires_grad_set_in_place_lands_on_the_traces_copy(self):
+        """`self.w.requires_grad_(False)` is an in-place op on a value the trace read: it
+        writes the trace's copy, so the user's parameter is never touched."""
         model = TogglesGrad()
         grad = torch.zeros(4)
         model.w.grad = grad
-        specfx.trace(model, (torch.ones(4),))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # nothing to put back, so nothing to report
+            specfx.trace(model, (torch.ones(4),))
         assert model.w.requires_grad and model.w.grad is grad
+
+    def test_requires_grad_and_grad_set_on_the_parameters_are_put_back(self):
+        """A forward that freezes the parameters it iterates over (and drops their grads)
+        changes the user's parameters themselves: specfx puts the flags and the grads back
+        and says so."""
+        model = FreezesItsLinear()
+        grads = [torch.full_like(p, 3.0) for p in model.parameters()]
+        for param, grad in zip(model.parameters(), grads):
+            param.grad = grad
+        changed = (r"lin\.weight\.requires_grad, lin\.weight\.grad, lin\.bias\.requires_grad, lin\.bias\.grad")
+        with pytest.warns(UserWarning, match=rf"forward changed Python state of the model \({changed}\); "
+                                             r"specfx put it back as it was"):
+            gm = specfx.trace(model, (torch.ones(1, 2),))
+        assert [p.requires_grad for p in model.parameters()] == [True, True]
+        assert all(p.grad is grad for p, grad in zip(model.parameters(), grads))
+        torch.testing.assert_close(gm(torch.ones(1, 2)), model.lin(torch.ones(1, 2)))
 
     def test_a_generator_held_by_the_model_is_not_advanced(self):
         model = OwnGenerator()

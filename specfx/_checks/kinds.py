@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import enum
+import math
 from typing import Any
 
-__all__ = ["GuardKind", "fingerprint", "type_name"]
+__all__ = ["GuardKind", "fingerprint", "same_value", "type_name"]
 
 
 class GuardKind(str, enum.Enum):
@@ -67,3 +68,24 @@ def fingerprint(value: Any) -> Any:
     if type(value) in (tuple, list):
         return type(value)(fingerprint(item) for item in value)
     return f"{type_name(value)}:{value!r}"
+
+
+def same_value(actual: Any, expected: Any) -> bool:
+    """Identical Python values, as every guard and export check compares them: same type
+    (``2`` is not ``2.0``: eager computes with them differently), NaN matches NaN, and -0.0
+    is not 0.0 (code such as ``math.copysign`` or ``1 / v`` tells them apart).
+
+    >>> same_value(2, 2.0), same_value([1.0, float("nan")], [1.0, float("nan")]), same_value(-0.0, 0.0)
+    (False, True, False)
+    """
+    if type(actual) is not type(expected):
+        return False
+    if isinstance(expected, (list, tuple)):
+        return len(actual) == len(expected) and all(same_value(a, e) for a, e in zip(actual, expected))
+    if isinstance(expected, float):
+        if math.isnan(expected):
+            return math.isnan(actual)
+        return actual == expected and math.copysign(1.0, actual) == math.copysign(1.0, expected)
+    if isinstance(expected, complex):
+        return same_value(actual.real, expected.real) and same_value(actual.imag, expected.imag)
+    return bool(actual == expected)

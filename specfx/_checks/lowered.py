@@ -30,7 +30,7 @@ from torch.fx.node import has_side_effect
 
 from .._policy.messages import describe_identity, exported_guard_failure
 from ..errors import GuardError
-from .kinds import GuardKind, fingerprint, type_name
+from .kinds import GuardKind, fingerprint, same_value, type_name
 
 __all__ = ["LOWERINGS"]
 
@@ -101,6 +101,39 @@ def _number_check(convert: Callable[[torch.Tensor], torch.Tensor]) -> Callable[.
     return check
 
 
+def _python_type(dtype: torch.dtype) -> type:
+    """The type of the Python number ``.item()`` gives for a tensor of ``dtype``."""
+    if dtype is torch.bool:
+        return bool
+    if dtype.is_complex:
+        return complex
+    return float if dtype.is_floating_point else int
+
+
+def _typed(check: Callable[..., None]) -> Callable[..., None]:
+    """``check``, after checking that the tensor gives Python numbers of the traced type:
+    ``.item()`` and ``.tolist()`` answer an int, a float or a bool as the dtype says, and the
+    traced value is baked in with its type (``x * x.sum().item()`` traced on float64 gives
+    floats for an int64 input, where eager gives ints). Export and dynamo fix dtypes while
+    tracing, so the type is checked then (dynamo re-traces on another dtype), and the
+    exported program asserts the dtype on each call (``aten._assert_tensor_metadata``)."""
+
+    def typed(value: Any, expected: Any, what: str, where: str) -> None:
+        if isinstance(value, torch.Tensor):
+            number = expected
+            while isinstance(number, list) and number:
+                number = number[0]
+            traced, actual = type(number).__name__, _python_type(value.dtype).__name__
+            if not isinstance(number, list) and actual != traced:
+                raise GuardError(exported_guard_failure(f"type({what}) is {traced}", f"type({what}) is {actual}",
+                                                        where), expected=traced, actual=actual, where=where)
+            torch.ops.aten._assert_tensor_metadata.default(value, dtype=value.dtype)
+        check(value, expected, what, where)
+
+    typed.__name__ = check.__name__
+    return typed
+
+
 def _truncate(value: torch.Tensor) -> torch.Tensor:
     return torch.trunc(value) if value.is_floating_point() else value  # int() rounds toward zero
 
@@ -131,8 +164,9 @@ def _check_len(value: Any, expected: int, what: str, where: str) -> None:
 
 def _static(actual: Any, expected: Any, what: str, where: str) -> None:
     """A value export fixes itself (from the inputs' structure and static shapes):
-    checked now, enforced afterwards by the program's own input checks."""
-    if actual != expected:
+    checked now, enforced afterwards by the program's own input checks. Compared as the
+    guards compare (:func:`same_value`): the same number of another type is another value."""
+    if not same_value(actual, expected):
         raise GuardError(exported_guard_failure(f"{what} == {expected!r}", f"{what} == {actual!r}", where),
                          expected=expected, actual=actual, where=where)
 
@@ -209,8 +243,8 @@ LOWERINGS: Dict[GuardKind, Callable[..., None]] = {
     GuardKind.INT: _number_check(_truncate),
     GuardKind.INDEX: _check_index,
     GuardKind.FLOAT: _number_check(lambda tensor: tensor),
-    GuardKind.ITEM: _number_check(lambda tensor: tensor),
-    GuardKind.TOLIST: _check_tolist,
+    GuardKind.ITEM: _typed(_number_check(lambda tensor: tensor)),
+    GuardKind.TOLIST: _typed(_check_tolist),
     GuardKind.KEYS: _check_keys,
     GuardKind.DTYPE: _check_metadata("dtype"),
     GuardKind.DEVICE: _check_metadata("device"),
