@@ -14,6 +14,9 @@ computing their values.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import operator
 import types
 from typing import Any, Callable, Dict, Iterator, NoReturn, Optional, Tuple, cast
@@ -45,7 +48,27 @@ from .values import (
 from ..guards import GuardKind
 from .._checks.kinds import fingerprint, type_name
 
-__all__ = ["ValueDemands"]
+__all__ = ["ValueDemands", "deferred_shapes"]
+
+# Set while trace(..., calibration=) and Specializer.fit trace (see deferred_shapes).
+_DEFER_SHAPES: contextvars.ContextVar[bool] = contextvars.ContextVar("specfx_deferred_shapes", default=False)
+
+
+@contextlib.contextmanager
+def deferred_shapes() -> Iterator[None]:
+    """Within it, traces read a tensor's shape as traces without ``SHAPES`` do (a node
+    for ``x.shape``, ``x.size(d)``, ``x.numel()``) and ``SHAPES`` grants the decisions
+    taken on those values where the code needs a Python answer (``range(n)``,
+    ``int(n)``, a branch or a loop on a size): a size that only flows into ops stays
+    symbolic, so one graph serves batches of several sizes. ``trace(...,
+    calibration=)`` and ``Specializer.fit`` trace this way when sizes differ between
+    batches. Parameters' shapes and ``ndim`` are still read as ints (they do not vary
+    between batches)."""
+    token = _DEFER_SHAPES.set(True)
+    try:
+        yield
+    finally:
+        _DEFER_SHAPES.reset(token)
 
 _CONVERSIONS: Dict[str, Tuple[GuardKind, Callable[[Any], Any], str]] = {
     "int": (GuardKind.INT, int, "int"),
@@ -83,7 +106,13 @@ class ValueDemands:
         """Hand ``decision`` to the one place that checks, records and guards decisions."""
         if self._evaluating:
             raise Unevaluable()
-        self.decisions.decide(decision, self._resolved(), self._module_path[-1] if self._module_path else "")
+        resolved = self._resolved()
+        if (_DEFER_SHAPES.get() and decision.flag not in (Specialize.NONE, Specialize.SHAPES)
+                and Specialize.SHAPES in resolved.flags and state_of(decision.subject).from_shapes):
+            # a branch, a loop or a length taken on a deferred size: SHAPES would have granted
+            # reading the size as an int and deciding in Python, so it grants this narrower decision
+            decision = dataclasses.replace(decision, flag=Specialize.SHAPES)
+        self.decisions.decide(decision, resolved, self._module_path[-1] if self._module_path else "")
 
     def describe(self, proxy: Any) -> str:
         """``proxy``'s value in the user's terms: the name the user's code holds it
@@ -285,7 +314,7 @@ class ValueDemands:
 
     def _read_shape(self, proxy: ValueProxy, name: str, attribute: Any, frame: Optional[types.FrameType]) -> Any:
         """``proxy.shape`` / ``proxy.ndim``: ints under SHAPES, else a symbolic node."""
-        if not self._shapes_allowed(proxy):
+        if not self._shapes_allowed(proxy) or (name != "ndim" and self._defers_shapes(proxy)):
             symbolic = ValueAttribute(proxy, name, attribute)
             symbolic.__dict__["_specfx"] = ProxyState(attribute, from_shapes=True)
             return symbolic
@@ -308,7 +337,8 @@ class ValueDemands:
         if isinstance(value, torch.Tensor) and name in TYPE_METHODS:
             return self._read_type(root, name, getattr(value, name)(*args, **kwargs))
         if isinstance(value, torch.Tensor) and not any(True for _ in proxies_in(args, kwargs)):
-            if name in SHAPE_METHODS and self._shapes_allowed(root):
+            if name in SHAPE_METHODS and self._shapes_allowed(root) and not (
+                    name != "dim" and self._defers_shapes(root)):
                 return self._read_shape_method(root, name, value, args, kwargs)
             if name in SCALAR_METHODS and Specialize.SCALARS in self._resolved().flags:
                 result = None if _is_meta(value) else getattr(value, name)(*args, **kwargs)
@@ -336,6 +366,11 @@ class ValueDemands:
     def _shapes_allowed(self, proxy: ValueProxy) -> bool:
         resolved = self._resolved()
         return Specialize.SHAPES in resolved.flags or (resolved.param_shapes_constant and _is_parameter_node(proxy))
+
+    @staticmethod
+    def _defers_shapes(proxy: ValueProxy) -> bool:
+        """Whether this shape read stays symbolic (see deferred_shapes)."""
+        return _DEFER_SHAPES.get() and not _is_parameter_node(proxy)
 
     def _decide_shape(
         self, proxy: ValueProxy, kind: GuardKind, value: Any, expression: str, expected: Tuple[Any, ...]

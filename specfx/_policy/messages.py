@@ -6,7 +6,7 @@ pin, lives in one place.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 from .describe import depends_on_text
 from .policy import Resolved, Specialize, keyword_of
@@ -324,3 +324,13 @@ def check_guard_failed(index: int, error: BaseException) -> str:
 def check_outputs_differ(index: int, problem: str) -> str:
     """``check_inputs``: graph and eager returned different outputs."""
     return f"check_inputs[{index}]: the traced graph's output differs from the eager model's: {problem}"
+
+
+def fit_variant_limit(index: int, limit: int, misses: Sequence[Tuple[int, str, str]]) -> str:
+    """``Specializer.fit`` needs one variant more than ``max_variants`` for batch ``index``;
+    ``misses``: (variant number, what it was traced on, the assumption this batch breaks)."""
+    lines = [f"Specializer.fit: batch {index} needs a variant of its own and max_variants={limit} is reached:"]
+    lines += [f"  variant {number} (traced on {inputs}) assumes {failure}" for number, inputs, failure in misses]
+    lines.append("Raise max_variants, narrow the policy so these values stay symbolic, or pass cache_key= to "
+                 "keep variants for different inputs apart.")
+    return "\n".join(lines)

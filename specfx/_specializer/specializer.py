@@ -12,13 +12,17 @@ so a miss costs at most the part of one forward before that guard.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
 
 from .._trace.options import check_trace_options, split_concrete
+from .._capture.demands import deferred_shapes
+from .._policy.messages import fit_variant_limit
+from .._trace.coverage import GuardChecker, as_call
 from .._trace.guard_runs import Checkpoint
+from .._trace.progress import check_progress, progress_bar
 from .variants import Variant
 from ..guards import GUARD_FUNCTIONS
 from .._policy.messages import short_repr
@@ -53,6 +57,17 @@ def _describe_inputs(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
 def _first_line(error: BaseException) -> str:
     lines = str(error).splitlines()
     return (lines[0] + (f" ({lines[1].strip()})" if len(lines) > 1 else "")) if lines else repr(error)
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    """``0-3, 7, 9-10`` for (0, 1, 2, 3, 7, 9, 10)."""
+    runs: List[List[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 class Specializer(torch.nn.Module):
@@ -101,9 +116,10 @@ class Specializer(torch.nn.Module):
             raise ValueError(f"on_guard_failure= takes 'retrace' or 'raise'; got {on_guard_failure!r}")
         if cache_key is not None and not callable(cache_key):
             raise TypeError("cache_key= takes a function of the call's arguments returning a hashable key")
-        for name in ("check_inputs", "example_inputs", "example_kwargs"):
+        for name in ("check_inputs", "example_inputs", "example_kwargs", "calibration"):
             if name in trace_options:
-                raise TypeError(f"{name}= is not a Specializer option: the actual call's inputs are the examples")
+                raise TypeError(f"{name}= is not a Specializer option: the actual call's inputs are the examples"
+                                + (" (give a calibration set to spec.fit(batches))" if name == "calibration" else ""))
         if trace_options.get("guards", True) is False:
             raise ValueError("guards=False is not a Specializer option: a variant without guards would answer "
                              "every input, right or wrong; the guards are how the Specializer chooses a variant")
@@ -138,7 +154,9 @@ class Specializer(torch.nn.Module):
 
     @property
     def variants(self) -> List[torch.fx.GraphModule]:
-        """Every traced variant, oldest first; each has ``.specializations``."""
+        """Every traced variant, oldest first; each has ``.specializations`` and
+        ``.served_batches``: the indices of the batches of the last :meth:`fit`'s set
+        that it serves (``()`` before any fit)."""
         return [variant.graph for variant in self._all]
 
     def train(self, mode: bool = True) -> "Specializer":
@@ -208,8 +226,6 @@ class Specializer(torch.nn.Module):
         self, key: Hashable, args: Tuple[Any, ...], kwargs: Dict[str, Any],
         failures: List[Tuple[Variant, BaseException]],
     ) -> Any:
-        from .._trace.trace import trace
-
         with self._lock:
             existing = self._by_key.get(key, ())
             tried = {id(variant) for variant, _ in failures}
@@ -223,18 +239,91 @@ class Specializer(torch.nn.Module):
                 raise failures[0][1]
             if len(existing) >= self.max_variants:
                 raise VariantLimitError(self._limit_message(failures))
-            options = dict(self.trace_options)
-            model: Any = self._model
-            if options.get("concrete_args"):  # this call's values of those parameters are baked in
-                example_kwargs, options["concrete_args"] = split_concrete(model, args, kwargs, options["concrete_args"])
-                graph = trace(model, None, example_kwargs, policy=self.policy, **options)
-            else:
-                graph = trace(model, args, kwargs, policy=self.policy, **options)
-            self._counts[3] += 1
-            variant = Variant(graph, key, _describe_inputs(args, kwargs), self._model)
-            self._by_key = {**self._by_key, key: existing + (variant,)}
-            self._all = self._all + [variant]
+            variant = self._add_variant(key, existing, self._trace(args, kwargs), _describe_inputs(args, kwargs))
         return variant.run(*args, **kwargs)
+
+    def _trace(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> torch.fx.GraphModule:
+        """A new variant's graph, traced on ``(args, kwargs)``."""
+        from .._trace.trace import trace
+
+        options = dict(self.trace_options)
+        model: Any = self._model
+        if options.get("concrete_args"):  # this call's values of those parameters are baked in
+            example_kwargs, options["concrete_args"] = split_concrete(model, args, kwargs, options["concrete_args"])
+            return trace(model, None, example_kwargs, policy=self.policy, **options)
+        return trace(model, args, kwargs, policy=self.policy, **options)
+
+    def _add_variant(self, key: Hashable, existing: Tuple[Variant, ...], graph: torch.fx.GraphModule,
+                     inputs: str) -> Variant:
+        """Keep ``graph`` as a new variant for ``key`` (under the lock)."""
+        self._counts[3] += 1
+        variant = Variant(graph, key, inputs, self._model)
+        self._by_key = {**self._by_key, key: existing + (variant,)}
+        self._all = self._all + [variant]
+        return variant
+
+    def fit(self, batches: Iterable[Any], *, progress: Optional[bool] = None) -> "Specializer":
+        """Trace, ahead of use, the variants a calibration set needs; return the Specializer.
+
+        Afterwards every batch of ``batches`` runs on an existing variant, with no
+        retrace. Each batch is checked against the variants so far (their guards only,
+        as :func:`specfx.coverage` checks them: nothing of the model is changed); a
+        batch none serves is traced into a new variant, with shape reads kept symbolic
+        where the code allows (a size that only flows into ops is no decision), so
+        batches that differ only in such sizes share a variant. Since a variant serves
+        exactly the batches that take its decisions, the set's order does not change
+        the number of variants, which is the number of distinct sets of decisions.
+        Each variant's graph then has ``served_batches``, the indices of the batches it
+        serves. Batches come as for :func:`specfx.coverage` (a DataLoader, a list, a
+        one-shot generator); ``progress`` as there. More variants than
+        ``max_variants`` raise :class:`VariantLimitError` naming the batch.
+
+        >>> import torch, specfx
+        >>> def f(x):
+        ...     return x * 2 if x.sum() > 0 else x - 1
+        >>> spec = specfx.Specializer(f, specfx.Policy(bool=True))
+        >>> batches = [torch.ones(2), -torch.ones(3), torch.ones(4), -torch.ones(1)]
+        >>> [graph.served_batches for graph in spec.fit(batches).variants]
+        [(0, 2), (1, 3)]
+        >>> _ = [spec(b) for b in batches]
+        >>> spec.stats.retraces
+        2
+        """
+        progress = check_progress(progress)
+        checkers: Dict[int, GuardChecker] = {}
+        served: Dict[int, List[int]] = {id(variant): [] for variant in self._all}
+        for index, batch in enumerate(progress_bar(batches, progress, "fit")):
+            args, kwargs = as_call(batch)
+            key = self._key(args, kwargs)
+            misses: List[Tuple[int, str, str]] = []
+            for variant in self._by_key.get(key, ()):
+                checker = checkers.get(id(variant))
+                if checker is None:
+                    checker = checkers[id(variant)] = GuardChecker(variant.graph)
+                failure = checker.check(index, args, kwargs)
+                if failure is None:
+                    served[id(variant)].append(index)
+                    break
+                misses.append((self._all.index(variant), variant.inputs, failure))
+            else:
+                variant = self._fit_variant(key, index, args, kwargs, misses)
+                served[id(variant)] = [index]
+        for variant in self._all:
+            setattr(variant.graph, "served_batches", tuple(served.get(id(variant), ())))  # noqa: B010
+        return self
+
+    def _fit_variant(self, key: Hashable, index: int, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                     misses: List[Tuple[int, str, str]]) -> Variant:
+        with self._lock:
+            existing = self._by_key.get(key, ())
+            if len(existing) >= self.max_variants:
+                raise VariantLimitError(fit_variant_limit(index, self.max_variants, misses))
+            try:
+                with deferred_shapes():
+                    graph = self._trace(args, kwargs)
+            except Exception:  # code that needs its sizes as ints after all: read them as the call would
+                graph = self._trace(args, kwargs)
+            return self._add_variant(key, existing, graph, f"batch {index} of fit()")
 
     def _limit_message(self, failures: List[Tuple[Variant, BaseException]]) -> str:
         lines = [f"no variant of the traced model fits this input and max_variants={self.max_variants} is reached:"]
@@ -254,8 +343,10 @@ class Specializer(torch.nn.Module):
         for index, variant in enumerate(self._all):
             prologue = 0 if variant.prologue is None else sum(
                 1 for n in variant.prologue.graph.nodes if n.target in _GUARD_FUNCTIONS)
+            served = getattr(variant.graph, "served_batches", ())
             lines.append(f"\nvariant {index}: key {variant.key!r}, traced on {variant.inputs}; "
-                         f"{prologue} guard(s) checked up front")
+                         f"{prologue} guard(s) checked up front"
+                         + (f"; serves batches {_ranges(served)} of the set given to fit()" if served else ""))
             lines.extend("  " + line for line in explain_graph(variant.graph).splitlines())
             for record in specializations(variant.graph):
                 decisions.setdefault((record.kind, record.where, record.source), {})[index] = short_repr(record.value)

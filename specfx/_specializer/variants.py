@@ -52,6 +52,7 @@ class Variant:
 
     def __init__(self, graph: torch.fx.GraphModule, key: Hashable, inputs: str, model: Any) -> None:
         read_live_state(graph, model)
+        setattr(graph, "served_batches", ())  # noqa: B010  (Specializer.fit fills it in)
         self.graph = graph
         self.prologue = build_prologue(graph)
         self.key = key
