@@ -76,7 +76,9 @@ class SpecializationError(SpecfxError, TraceError):
     flag was off and which policy or decorator was in force, the fix, and the
     user's source line. The pieces are also attributes: ``operation``,
     ``flag`` (a :class:`~specfx.Specialize` or ``None``), ``value`` (or
-    ``None`` when unknown) and ``location`` (``"file:line"`` or ``None``).
+    ``None`` when unknown) and ``location`` (``"file:line"`` or ``None``);
+    ``batch`` is the index of the calibration batch that ``trace(...,
+    calibration=)`` refused (else ``None``).
 
     It is a ``torch.fx.proxy.TraceError`` (hence a ``ValueError``), which is
     what ``torch.fx.symbolic_trace`` raises for the same code; for ``len()``
@@ -113,12 +115,14 @@ class SpecializationError(SpecfxError, TraceError):
         flag: Any = None,
         value: Any = None,
         location: Optional[str] = None,
+        batch: Optional[int] = None,
     ) -> None:
         super().__init__(message)
         self.operation = operation
         self.flag = flag
         self.value = value
         self.location = location
+        self.batch = batch
 
 
 class SpecializationTypeError(SpecializationError, TypeError):

@@ -14,9 +14,12 @@ from hypothesis import strategies as st
 from torch import nn
 
 import specfx
-from specfx import Policy
+from specfx import Policy, Specialize
+
+from .models import line_of
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+HERE = os.path.relpath(__file__)
 
 
 class SignAndChunks(nn.Module):
@@ -144,3 +147,132 @@ def test_shuffled_sets_need_the_same_variants():
         random.Random(seed).shuffle(batches)
         counts.add(len(specfx.Specializer(SignAndChunks(), "bool,iter", max_variants=8).fit(batches).variants))
     assert counts == {8}
+
+
+class Tokens(nn.Module):
+    """Sizes read as ints under SHAPES that only flow into ops, and a branch on data."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(20, 6)
+        self.proj = nn.Linear(6, 6)
+
+    def forward(self, input_ids, attention_mask):
+        b, s = input_ids.shape
+        h = self.embed(input_ids) * attention_mask.unsqueeze(-1)
+        h = self.proj(h.view(b * s, -1)).view(b, s, -1)
+        if attention_mask.sum() > 0:
+            h = h * 2
+        return h.mean(1)
+
+
+def _tokens(size, length, sign, seed):
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(size, length)
+    mask[0, length // 2:] = 0
+    return {"input_ids": torch.randint(0, 20, (size, length), generator=generator), "attention_mask": mask * sign}
+
+
+class TestTraceFromASet:
+    def test_one_path_is_the_plain_trace(self):
+        """Batches that all take the example's path (same shapes): exactly the plain trace."""
+        torch.manual_seed(0)
+        model = Tokens()
+        batches = [_tokens(2, 5, 1, seed) for seed in range(4)]
+        plain = specfx.trace(model, example_kwargs=batches[0], policy=Policy(bool=True, shapes=True))
+        gm = specfx.trace(model, policy=Policy(bool=True, shapes=True), calibration=batches)
+        assert gm.code == plain.code
+        assert gm.specializations == plain.specializations
+
+    @settings(max_examples=15, deadline=None)
+    @given(st.lists(st.tuples(st.integers(2, 4), st.integers(3, 9), st.sampled_from([1, 1, 1, -1])),
+                    min_size=1, max_size=6))
+    def test_sizes_stay_symbolic_and_differing_paths_are_refused(self, spec_list):
+        """Batch sizes and lengths that only flow into ops: one graph, equal to eager on every
+        batch; a batch whose data takes the other branch: refused, naming the first such batch."""
+        torch.manual_seed(0)
+        model = Tokens()
+        batches = [_tokens(size, length, sign, seed) for seed, (size, length, sign) in enumerate(spec_list)]
+        branches = [bool(b["attention_mask"].sum() > 0) for b in batches]
+        differing = [index for index, branch in enumerate(branches) if branch != branches[0]]
+        if differing:
+            with pytest.raises(specfx.SpecializationError) as caught:
+                specfx.trace(model, policy=Policy(bool=True, shapes=True), calibration=iter(batches))
+            assert caught.value.batch == differing[0]
+            assert caught.value.value is branches[differing[0]]
+            return
+        gm = specfx.trace(model, policy=Policy(bool=True, shapes=True), calibration=iter(batches))
+        with torch.no_grad():
+            for batch in batches:
+                assert torch.equal(gm(**batch), model(**batch))
+        assert specfx.coverage(gm, batches).covered
+
+    def test_transformers_padded_batches_of_several_lengths(self):
+        """BERT on BatchEncoding batches of three lengths and two batch sizes under SHAPES:
+        one graph, equal to eager on every batch and on a length it never saw."""
+        transformers, model = _bert()
+        batches = [_padded(transformers, size, length, pad, seed) for seed, (size, length, pad) in
+                   enumerate([(2, 8, 3), (2, 12, 1), (3, 16, 5), (2, 8, 0)])]
+        gm = specfx.trace(model, policy=Policy(shapes=True), calibration=batches)
+        unseen = _padded(transformers, 5, 11, 4, seed=9)
+        with torch.no_grad():
+            for batch in [*batches, unseen]:
+                assert torch.equal(gm(**batch).last_hidden_state, model(**batch).last_hidden_state)
+
+    def test_a_decision_that_differs_is_refused_naming_the_batch(self):
+        """Two resolutions decide the position table's branch: the message names the batch, the
+        decision, both values, the line and the way out."""
+        torch.manual_seed(0)
+        images = [torch.randn(4, 3, 32, 32), torch.randn(2, 3, 32, 32), torch.randn(2, 3, 48, 48),
+                  torch.randn(3, 3, 48, 48)]
+        with pytest.raises(specfx.SpecializationError) as caught:
+            specfx.trace(PatchNet(), policy=Policy(shapes=True), calibration=images)
+        line = line_of(PatchNet.forward, "if h != self.size")
+        assert str(caught.value).splitlines() == [
+            "batch 2 of the calibration set (2 batches fail: 2, 3) takes another path than the example (batch 0): "
+            "the trace decided bool(h != 32) == False, but on batch 2 bool(h != 32) == True.",
+            "One graph cannot serve both: keep a graph per path with specfx.Specializer(model, policy).fit(batches) "
+            "(as few as the decisions need), or change the code so that this value does not decide the path.",
+            f"  at {HERE}:{line}: if h != self.size or w != self.size:",
+            "(specfx docs: docs/errors.md#specializationerror)",
+        ]
+        assert (caught.value.batch, caught.value.value, caught.value.flag) == (2, True, Specialize.SHAPES)
+
+    def test_an_int_that_differs_is_refused(self):
+        """range() of a size that differs: a real decision."""
+        def rows(x):
+            return torch.stack([x[i] * i for i in range(x.size(0))])
+
+        with pytest.raises(specfx.SpecializationError, match=r"^batch 1 .* the trace decided "
+                           r"operator.index\(x.size\(0\)\) == 3, but on batch 1 operator.index\(x.size\(0\)\) == 4"):
+            specfx.trace(rows, torch.ones(3, 2), policy=Policy(shapes=True), calibration=[torch.ones(3, 5), torch.ones(4, 2)])
+
+    def test_another_structure_is_refused(self):
+        """A mask where the example had none is another path; another number of arguments
+        another structure."""
+        def masked(x, mask=None):
+            return x if mask is None else x * mask
+
+        with pytest.raises(specfx.SpecializationError) as caught:
+            specfx.trace(masked, (torch.ones(2),), calibration=[(torch.ones(2),), {"x": torch.ones(2), "mask": torch.ones(2)}])
+        assert str(caught.value).splitlines()[0] == (
+            "batch 1 of the calibration set (the only batch that fails) takes another path than the example inputs: "
+            "the trace decided mask is None, but on batch 1 mask is not None.")
+
+        def double(x):
+            return x * 2
+
+        with pytest.raises(specfx.SpecializationError) as caught:
+            specfx.trace(double, calibration=[torch.ones(2), (torch.ones(2), torch.ones(2))])
+        assert str(caught.value).splitlines()[0] == (
+            "batch 1 of the calibration set (the only batch that fails) has other inputs than the example (batch 0): "
+            "the batch does not fit forward(x): too many positional arguments.")
+
+    def test_arguments(self):
+        """An empty set, a tensor for a set, progress= without a set."""
+        with pytest.raises(ValueError, match="calibration= is empty"):
+            specfx.trace(SignAndChunks(), calibration=[])
+        with pytest.raises(TypeError, match="takes an iterable of batches"):
+            specfx.trace(SignAndChunks(), calibration=torch.ones(3))
+        with pytest.raises(TypeError, match="progress= goes with calibration="):
+            specfx.trace(SignAndChunks(), torch.ones(4), policy="bool,iter", progress=True)

@@ -33,7 +33,8 @@ class TestPublicAPI:
             "autowrap_functions: 'Tuple[Callable[..., Any], ...]' = (), "
             f"autowrap_modules: 'Tuple[types.ModuleType, ...]' = ({math!r},), "
             "trace_through: 'Optional[Iterable[Any]]' = None, "
-            "tracer_class: 'Type[SpecTracer]' = <class 'specfx.SpecTracer'>) "
+            "tracer_class: 'Type[SpecTracer]' = <class 'specfx.SpecTracer'>, "
+            "calibration: 'Optional[Iterable[Any]]' = None, progress: 'Optional[bool]' = None) "
             "-> 'torch.fx.GraphModule'"
         )
 

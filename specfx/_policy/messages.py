@@ -334,3 +334,29 @@ def fit_variant_limit(index: int, limit: int, misses: Sequence[Tuple[int, str, s
     lines.append("Raise max_variants, narrow the policy so these values stay symbolic, or pass cache_key= to "
                  "keep variants for different inputs apart.")
     return "\n".join(lines)
+
+
+def _calibration_batch(index: int, failing: Sequence[int], given: bool) -> Tuple[str, str]:
+    example = "the example inputs" if given else "the example (batch 0)"
+    shown = ", ".join(str(i) for i in failing[:5]) + (", ..." if len(failing) > 5 else "")
+    others = f"{len(failing)} batches fail: {shown}" if len(failing) > 1 else "the only batch that fails"
+    return f"batch {index} of the calibration set ({others})", example
+
+
+def calibration_path_differs(index: int, failing: Sequence[int], given: bool, assumption: str, seen: str,
+                             where: str) -> str:
+    """``trace(..., calibration=)``: a decision differs between the example and batch ``index``."""
+    batch, example = _calibration_batch(index, failing, given)
+    return (f"{batch} takes another path than {example}: the trace decided {assumption}, but on batch "
+            f"{index} {seen}.\n"
+            f"One graph cannot serve both: keep a graph per path with specfx.Specializer(model, policy)"
+            f".fit(batches) (as few as the decisions need), or change the code so that this value does not "
+            f"decide the path.\n  at {where}")
+
+
+def calibration_structure_differs(index: int, failing: Sequence[int], given: bool, seen: str) -> str:
+    """``trace(..., calibration=)``: batch ``index`` has another structure than the example."""
+    batch, example = _calibration_batch(index, failing, given)
+    return (f"{batch} has other inputs than {example}: {seen}.\n"
+            f"One graph takes one input structure: keep a graph per structure with "
+            f"specfx.Specializer(model, policy).fit(batches), or give batches of one structure.")

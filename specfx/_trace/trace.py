@@ -24,6 +24,7 @@ from .._graph.records import keep_records
 from .._graph.report import list_decisions, specializations
 from .._graph.retrace import retraceable
 from .._capture.state import clone_example, preserved_state
+from .calibration import trace_calibrated
 from .check import check
 from .._capture.tracer import TRACE_LOCK, SpecTracer
 from ..errors import SpecializationWarning, docs_pointer
@@ -48,6 +49,8 @@ def trace(
     autowrap_modules: Tuple[types.ModuleType, ...] = (math,),
     trace_through: Optional[Iterable[Any]] = None,
     tracer_class: Type[SpecTracer] = SpecTracer,
+    calibration: Optional[Iterable[Any]] = None,
+    progress: Optional[bool] = None,
 ) -> torch.fx.GraphModule:
     """Trace ``root`` into a ``torch.fx.GraphModule``, running the example inputs
     alongside so that the code may iterate, branch and read shapes as far as
@@ -74,6 +77,17 @@ def trace(
     subclass to trace with (the extension point: override torch.fx's hooks).
     Tracing leaves the model, the inputs and the RNG state as they were.
 
+    ``calibration`` is a set of batches (items as a DataLoader yields them: see
+    :func:`specfx.coverage`) that the one graph must serve; with no example inputs
+    its first batch is the example. When every batch takes the example's path the
+    result is the plain trace; when sizes differ between batches, shape reads stay
+    symbolic where the code allows, even under ``SHAPES`` (a size that only flows
+    into ops is no decision); a decision that still differs raises
+    :class:`SpecializationError` naming the batch (``error.batch``), the decision
+    and both values (a :class:`Specializer` ``.fit(batches)`` keeps a graph per
+    path). ``progress`` shows a bar while the set is checked (see
+    :func:`specfx.coverage`).
+
     >>> import torch, specfx
     >>> from torch import nn
     >>> class TestModule(nn.Module):
@@ -87,7 +101,19 @@ def trace(
     torch.Size([3, 4, 5, 5])
     >>> [s.guard_description for s in gm.specializations]
     ['len(x) == 2']
+    >>> gm = specfx.trace(lambda x: x.view(x.size(0), -1), policy="shapes",
+    ...                   calibration=[torch.ones(2, 3), torch.ones(4, 3)])
+    >>> gm(torch.ones(7, 3)).shape
+    torch.Size([7, 3])
     """
+    if calibration is not None:
+        return trace_calibrated(
+            trace, root, example_inputs, example_kwargs, calibration, progress, policy=policy,
+            concrete_args=concrete_args, guards=guards, check_inputs=check_inputs, check_tolerance=check_tolerance,
+            leaf_modules=leaf_modules, autowrap_functions=autowrap_functions, autowrap_modules=autowrap_modules,
+            trace_through=trace_through, tracer_class=tracer_class)
+    if progress is not None:
+        raise TypeError("progress= goes with calibration=: a trace from example inputs shows no progress")
     policy = _as_policy(policy)
     root = traceable_root(root)
     autowrap_functions, autowrap_modules = check_autowrap(autowrap_functions, autowrap_modules)
