@@ -301,18 +301,21 @@ class GuardChecker:
         batch.index, batch.failure = index, None
         self.total += 1
         try:
-            self._signature.bind(*args, **kwargs)
-        except TypeError as error:  # another number or names of arguments: the structure differs
-            self._other["structure"].fail(index, f"the batch does not fit forward{self._signature}: {error}")
-            self.failed_batches.append(index)
-            return f"the batch does not fit forward{self._signature}"
-        try:
+            # the generated functions themselves: no hooks to run, and microseconds per batch saved
             if self._prologue is not None:
-                self._prologue(*args, **kwargs)
+                self._prologue.forward(*args, **kwargs)
             elif self._entry is not None:
-                self._entry(*args, **kwargs)
+                self._entry.forward(*args, **kwargs)
             if batch.failure is None and self._late is not None:
                 self._run_late(args, kwargs)
+        except TypeError as error:
+            try:
+                self._signature.bind(*args, **kwargs)
+            except TypeError as mismatch:  # another number or names of arguments: the structure differs
+                self._other["structure"].fail(index, f"the batch does not fit forward{self._signature}: {mismatch}")
+                self.failed_batches.append(index)
+                return f"the batch does not fit forward{self._signature}"
+            raise error
         except GuardError as error:  # not a guard node: the entry check, or a caught op
             tally = self._other.get(str(error.kind))
             if tally is None:
@@ -332,7 +335,7 @@ class GuardChecker:
         assert self._late is not None
         checkpoint = Checkpoint(self._writes, self._paths, args, kwargs, self._late) if self._writes else None
         try:
-            self._late(*args, **kwargs)
+            self._late.forward(*args, **kwargs)
         except _Stop:
             pass
         finally:

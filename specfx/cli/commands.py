@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+from .calibration import BatchesError, add_calibration_commands, calibration_set
+
 __all__ = ["main", "parse_input"]
 
 EXAMPLES = """\
@@ -195,8 +197,9 @@ def _trace(args: argparse.Namespace) -> int:
     try:
         with _Ticker("tracing"):
             gm = tracing.trace(model, inputs if (inputs or kwargs) else None, kwargs or None,
-                               policy=args.policy, guards=not args.no_guards, check_inputs=checks)
-    except (SpecfxError, TypeError, ValueError) as error:
+                               policy=args.policy, guards=not args.no_guards, check_inputs=checks,
+                               calibration=calibration_set(args))
+    except (SpecfxError, TypeError, ValueError, BatchesError) as error:
         print(f"specfx trace: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     nodes = len(gm.graph.nodes)
@@ -293,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "this runs any code the file contains, so use it only on files you trust; needed for "
                         "graphs that lost their records (explained from their guard nodes)")
     report.set_defaults(run=_explain)
+    add_calibration_commands(commands, trace)
     return parser
 
 
