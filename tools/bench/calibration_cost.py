@@ -11,6 +11,7 @@ over interleaved rounds of the CPU time (``time.process_time``) of the whole set
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 import warnings
 from typing import Any, Callable, Dict, List, Tuple
@@ -57,26 +58,33 @@ def _min_time(calls: Dict[str, Callable[[], Any]], rounds: int) -> Dict[str, flo
     return best
 
 
+def _forwards(gm: torch.fx.GraphModule, calls: List[Tuple[Any, Any]]) -> None:
+    for args, kwargs in calls:
+        gm(*args, **kwargs)
+
+
+def _coverage(gm: torch.fx.GraphModule, batches: List[Any]) -> None:
+    assert specfx.coverage(gm, batches, progress=False).covered
+
+
 def coverage_cost(rounds: int, count: int) -> List[Dict[str, Any]]:
     rows = []
     for name, model, policy, batches in workloads(count):
         example_args, example_kwargs = as_call(batches[0])
         gm = specfx.trace(model, example_args, example_kwargs, policy=policy)
         calls = [as_call(batch) for batch in batches]
-
-        def forwards() -> None:
-            for args, kwargs in calls:
-                gm(*args, **kwargs)
-
-        def check() -> None:
-            assert specfx.coverage(gm, batches, progress=False).covered
-
         with torch.no_grad():
-            best = _min_time({"forwards": forwards, "coverage": check}, rounds)
+            best = _min_time({"forwards": functools.partial(_forwards, gm, calls),
+                              "coverage": functools.partial(_coverage, gm, batches)}, rounds)
         rows.append({"workload": name, "batches": count, "guards": len(gm.specializations),
                      "forwards_ms": best["forwards"] * 1e3, "coverage_ms": best["coverage"] * 1e3,
                      "ratio": best["coverage"] / best["forwards"]})
     return rows
+
+
+def _counting(self: Any, original: Callable[..., Any], traced: List[int], args: Any, kwargs: Any) -> Any:
+    traced.append(1)  # a trace happens here, whoever asked for it
+    return original(self, args, kwargs)
 
 
 def fit_traces() -> List[Dict[str, Any]]:
@@ -94,12 +102,7 @@ def fit_traces() -> List[Dict[str, Any]]:
         model.eval()
         traced: List[int] = []
         original = specfx.Specializer._trace
-
-        def counting(self: Any, args: Any, kwargs: Any) -> Any:
-            traced.append(1)
-            return original(self, args, kwargs)
-
-        specfx.Specializer._trace = counting  # type: ignore[method-assign]
+        specfx.Specializer._trace = functools.partialmethod(_counting, original, traced)  # type: ignore[method-assign,assignment]
         try:
             start = time.process_time()
             spec = specfx.Specializer(model, policy).fit(batches)
