@@ -269,7 +269,9 @@ class TestTraceFromASet:
             "the batch does not fit forward(x): too many positional arguments.")
 
     def test_arguments(self):
-        """An empty set, a tensor for a set, progress= without a set."""
+        """An empty set, a tensor for a set, progress= without a set, guards=False."""
+        with pytest.raises(ValueError, match="calibration= needs guards"):
+            specfx.trace(SignAndChunks(), policy="bool,iter", guards=False, calibration=[torch.ones(4)])
         with pytest.raises(ValueError, match="calibration= is empty"):
             specfx.trace(SignAndChunks(), calibration=[])
         with pytest.raises(TypeError, match="takes an iterable of batches"):

@@ -322,7 +322,12 @@ class Specializer(torch.nn.Module):
                 with deferred_shapes():
                     graph = self._trace(args, kwargs)
             except Exception:  # code that needs its sizes as ints after all: read them as the call would
-                graph = self._trace(args, kwargs)
+                try:
+                    graph = self._trace(args, kwargs)
+                except Exception as error:
+                    if hasattr(error, "add_note"):  # Python >= 3.11: the traceback says which batch
+                        error.add_note(f"(while Specializer.fit traced batch {index} of its set)")
+                    raise
             return self._add_variant(key, existing, graph, f"batch {index} of fit()")
 
     def _limit_message(self, failures: List[Tuple[Variant, BaseException]]) -> str:

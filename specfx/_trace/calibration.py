@@ -66,6 +66,9 @@ def trace_calibrated(
     """``trace(root, example_inputs, example_kwargs, **options)`` made to serve every
     batch of ``calibration`` (see the module docstring)."""
     progress = check_progress(progress)
+    if options.get("guards") is False:
+        raise ValueError("calibration= needs guards: they are how the graph is checked against every batch "
+                         "(trace with guards=True, the default)")
     batches = _batches(calibration)
     given = example_inputs is not None or example_kwargs is not None
     if not given:
