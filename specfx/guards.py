@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import operator
 import sys
-from typing import Any, Callable, Dict, Mapping, NoReturn, TypeVar
+from typing import Any, Callable, Dict, Mapping, NoReturn, Optional, TypeVar
 
 import torch
 from torch.fx.node import has_side_effect
@@ -78,7 +78,7 @@ def _guard(check: _G) -> _G:
     @functools.wraps(check)
     def guard(value: Any, *args: Any) -> Any:
         if isinstance(value, Proxy) or _is_foreign_proxy(value):
-            return value.tracer.create_proxy("call_function", guard, (value, *args), {})
+            return value.tracer.create_proxy("call_function", guard, (value, *args), {}, name=guard_node_name(value, guard))
         if torch.compiler.is_compiling() and guard in COMPILED:
             # torch.compile / torch.export: a Python check would break the graph or run once on
             # fake values; emit the export-native assertion instead (specfx/_checks/lowered.py)
@@ -94,6 +94,19 @@ def _guard(check: _G) -> _G:
     return has_side_effect(guard)  # type: ignore[return-value]
 
 
+def guard_node_name(subject: Any, guard: Callable[..., Any]) -> Optional[str]:
+    """The name of a guard's node when re-traced: its own, except on the output of a module
+    call, where it reads as an element access (``getitem_guard_len``). Brevitas' ``quantize``
+    takes a module's output for a tuple only when every node using it is named ``getitem``:
+    otherwise it quantizes the tuple as a tensor (``x, _ = attention(q, k, v)`` breaks at the
+    first calibration batch). A guard uses no element, so the name only keeps the
+    unpacking recognizable. None: the tracer's own choice."""
+    node = subject if isinstance(subject, torch.fx.Node) else getattr(subject, "__dict__", {}).get("node")
+    if getattr(node, "op", None) == "call_module":
+        return f"getitem_{guard.__name__}"
+    return None
+
+
 def _is_foreign_proxy(value: Any) -> bool:
     """A proxy of an FX copy other than torch.fx's (Brevitas vendors one, with its own
     Proxy and Node classes): it has a node and a tracer that records calls. Re-tracing
@@ -103,11 +116,13 @@ def _is_foreign_proxy(value: Any) -> bool:
     if isinstance(value, torch.Tensor):  # the common case at run time: one cheap check
         return False
     state = getattr(value, "__dict__", None)  # not getattr(value, "tracer"): proxies record attribute reads
-    if not isinstance(state, dict) or "node" not in state or "tracer" not in state:
+    # (an attribute read, `x.shape`, is an Attribute proxy whose node is made when first used: `_node`)
+    if not isinstance(state, dict) or not ("node" in state or "_node" in state) or "tracer" not in state:
         return False
-    if not callable(getattr(state["tracer"], "create_proxy", None)):
+    tracer = state["tracer"]
+    if not callable(getattr(tracer, "create_proxy", None)):
         return False
-    _register_side_effects(type(state["node"]).__module__)
+    _register_side_effects(type(tracer.graph).__module__.rpartition(".")[0] + ".node")  # the copy's Node module
     return True
 
 

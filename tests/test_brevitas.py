@@ -75,9 +75,9 @@ def sqnr(reference: torch.Tensor, output: torch.Tensor) -> float:
     return float(20 * torch.log10(reference.norm() / (output - reference).norm()).detach())
 
 
-def brevitas_ptq(graph, data):
+def brevitas_ptq(graph, data, **preprocess_options):
     """Brevitas' documented graph PTQ recipe, unchanged: preprocess, quantize, calibrate, correct bias."""
-    graph = brevitas_quantize.preprocess_for_quantize(graph)
+    graph = brevitas_quantize.preprocess_for_quantize(graph, **preprocess_options)
     quantized = brevitas_quantize.quantize(graph)
     with torch.no_grad(), calibration_mode(quantized):
         for batch in data:

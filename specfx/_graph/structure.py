@@ -190,7 +190,8 @@ def flatten_inputs(values: Tuple[Any, ...], spec: pytree.TreeSpec, kinds: Option
                 leaves.extend(value)
                 continue
         if _is_proxy(value):  # re-traced by a tracer that does not know the structure
-            return value.tracer.create_proxy("call_function", flatten_inputs, (values, spec, kinds), {})
+            return value.tracer.create_proxy(
+                "call_function", flatten_inputs, (values, _spec_argument(value.tracer, spec), kinds), {})
         flat, actual = pytree.tree_flatten(value)
         if actual != child:
             raise _entry_error(*_first_difference(value, child, spec.context[index]))
@@ -253,8 +254,25 @@ def rebuild_outputs(leaves: List[Any], spec: pytree.TreeSpec) -> Any:
         if _is_proxy(leaf):
             if _retracing_own_code(leaf.tracer, spec):
                 return _Rebuilt(list(leaves), spec)
-            return leaf.tracer.create_proxy("call_function", rebuild_outputs, (list(leaves), spec), {})
+            return leaf.tracer.create_proxy(
+                "call_function", rebuild_outputs, (list(leaves), _spec_argument(leaf.tracer, spec)), {})
     return pytree.tree_unflatten(leaves, spec)
+
+
+def _spec_argument(tracer: Any, spec: pytree.TreeSpec) -> Any:
+    """``spec`` as an argument of a node ``tracer`` records. A tracer that takes any
+    constant (torch.fx's) gets the spec; one that refuses a TreeSpec constant (Brevitas'
+    copy of torch.fx: "argument of type TreeSpec") gets a read of the attribute of the
+    traced graph that holds it (``self._out_spec``), which every GraphModule copies."""
+    if isinstance(tracer, torch.fx.Tracer):
+        return spec
+    root = getattr(tracer, "root", None)
+    if isinstance(root, torch.nn.Module):
+        for path, module in root.named_modules():
+            for name in ("_out_spec", "_in_spec"):
+                if module.__dict__.get(name) is spec:
+                    return tracer.create_proxy("get_attr", f"{path}.{name}" if path else name, (), {})
+    return spec
 
 
 def _reduce_leaf(spec: Any) -> Any:

@@ -32,7 +32,7 @@ from brevitas.backport.fx.graph_module import GraphModule as BrevitasGraphModule
 
 from .._graph.records import RECORDS, keep_records
 from .._graph.structure import is_plain
-from ..guards import GUARDS
+from ..guards import GUARD_FUNCTIONS, GUARDS, guard_node_name
 
 __all__ = ["to_brevitas_graph"]
 
@@ -84,7 +84,10 @@ def to_brevitas_graph(gm: torch.fx.GraphModule) -> Any:
         # torch.fx's map_arg finds torch.fx nodes (Brevitas' finds only its own)
         args = torch.fx.node.map_arg(node.args, copies.__getitem__)
         kwargs = torch.fx.node.map_arg(node.kwargs, copies.__getitem__)
-        twin = graph.create_node(node.op, node.target, args, kwargs, name=node.name, type_expr=node.type)
+        name = node.name
+        if node.op == "call_function" and node.target in GUARD_FUNCTIONS and node.args:
+            name = guard_node_name(node.args[0], node.target) or name  # as a re-trace names it
+        twin = graph.create_node(node.op, node.target, args, kwargs, name=name, type_expr=node.type)
         twin.meta = dict(node.meta)
         copies[node] = twin
     result = BrevitasGraphModule(gm, graph, type(gm).__name__)

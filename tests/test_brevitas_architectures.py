@@ -1,0 +1,194 @@
+"""Brevitas' documented graph PTQ recipe on specfx graphs of real architectures (tiny replicas
+in tests/brevitas_models.py, random init), against Brevitas' own ``value_trace`` route on the
+same model and data. Brevitas runs for real: no mocks."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+import torch
+from torch import nn
+
+import specfx
+from specfx import GuardError
+from tests import brevitas_models
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:brevitas.fx is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:.*value_trace.*:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:fast_hadamard_transform package not found:UserWarning"),
+    pytest.mark.filterwarnings("ignore:`treespec.children_specs` is deprecated:FutureWarning"),
+    # Brevitas' older copy of torch.fx lints a graph attribute that holds an output's pytree
+    # spec (torch.fx's own tracer makes the same attribute read, `_tree_spec_constant`)
+    pytest.mark.filterwarnings("ignore:Node _out_spec target _out_spec:UserWarning"),
+]
+
+brevitas_quantize = pytest.importorskip("brevitas.graph.quantize")
+from brevitas.fx import symbolic_trace as brevitas_symbolic_trace  # noqa: E402
+from brevitas.fx import value_trace  # noqa: E402
+
+from specfx.brevitas import to_brevitas_graph  # noqa: E402
+from tests.test_brevitas import brevitas_ptq as recipe  # noqa: E402  (Brevitas' documented recipe)
+
+
+def images(count: int, seed: int, batch: int = 4) -> list:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(batch, 3, 16, 16, generator=generator) for _ in range(count)]
+
+
+def logits(output):
+    return output if isinstance(output, torch.Tensor) else output[0]
+
+
+def sqnr(reference: torch.Tensor, output: torch.Tensor) -> float:
+    return float(20 * torch.log10(reference.norm() / (output - reference).norm()))
+
+
+def value_trace_route(model, example, data):
+    """Brevitas' own route: value_trace, then the recipe without its re-trace."""
+    (parameter, *_) = inspect.signature(model.forward).parameters
+    graph = value_trace(copy.deepcopy(model), value_args={parameter: example})
+    return recipe(graph, data, trace_model=False)
+
+
+def guard_names(graph) -> list:
+    return [node.target.__name__ for node in graph.graph.nodes
+            if node.op == "call_function" and node.target.__name__.startswith("guard_")]
+
+
+@pytest.mark.parametrize("family", ["resnet", "mobilenet_v3"])
+def test_vision_family_matches_value_trace(family):
+    """The specfx graph through the unchanged recipe (Brevitas re-traces it) quantizes as
+    closely as value_trace's graph; ResNet's also through to_brevitas_graph (trace_model=False)."""
+    model = brevitas_models.VISION[family]().eval()
+    data, (fresh,) = images(1, seed=1), images(1, seed=2)
+    gm = specfx.trace(model, data[0])
+    routes = {"retraced": recipe(copy.deepcopy(gm), data), "value_trace": value_trace_route(model, data[0], data)}
+    if family == "resnet":
+        routes["converted"] = recipe(to_brevitas_graph(copy.deepcopy(gm)), data, trace_model=False)
+    with torch.no_grad():
+        reference = model(fresh)
+        measured = {route: sqnr(reference, quantized(fresh)) for route, quantized in routes.items()}
+    assert measured["value_trace"] > 20, measured
+    for route in routes:
+        assert abs(measured[route] - measured["value_trace"]) < 1.0, measured
+    if family == "resnet":
+        # `b, c, h, w = x.shape` leaves a length guard that Brevitas' re-trace records again (its
+        # tracer hands the guard a lazily built attribute proxy of `x.shape`); the quantized graph
+        # refuses an unbatched image, on which eager's unpacking fails
+        quantized = routes["retraced"]
+        assert "guard_len" in guard_names(quantized)
+        unbatched = torch.randn(3, 16, 16)
+        with pytest.raises(ValueError, match="not enough values to unpack"):
+            model(unbatched)
+        with pytest.raises(GuardError, match=r"len\(x.shape\) == 4.*len\(x.shape\) == 3"):
+            quantized(unbatched)
+
+
+class ShapeUnpack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        return self.conv(x).reshape(b, 4 * h * w)
+
+
+@pytest.mark.parametrize("tracer", ["brevitas", "torch.fx"])
+def test_shape_length_guard_retraces_under_any_tracer(tracer):
+    """Under Brevitas' symbolic tracer and torch.fx's, the length guard on `x.shape` becomes
+    a node again (it was evaluated on Brevitas' attribute proxy and failed with "'len' is not
+    supported in symbolic tracing"); the new graph computes eager's result and fires."""
+    model = ShapeUnpack().eval()
+    gm = specfx.trace(model, torch.randn(2, 3, 8, 8))
+    retrace = brevitas_symbolic_trace if tracer == "brevitas" else torch.fx.symbolic_trace
+    graph = retrace(copy.deepcopy(gm))
+    assert guard_names(graph) == ["guard_len"]
+    x = torch.randn(3, 3, 5, 5)
+    assert torch.equal(graph(x), model(x))
+    with pytest.raises(GuardError, match=r"len\(x.shape\) == 4"):
+        graph(torch.randn(3, 5, 5))
+
+
+class Attention(nn.Module):
+    """Attention whose module output is unpacked: `out, weights = attention(x, x, x)`."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 16)
+        self.norm = nn.LayerNorm(16)  # as in a transformer block (Brevitas' attention takes no QuantTensor)
+        self.attention = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        x = self.norm(self.proj(x))
+        out, weights = self.attention(x, x, x)
+        return self.head(out) + torch.mean(weights)  # (a QuantTensor has no .mean())
+
+
+def test_unpacked_module_output_is_quantized_as_a_tuple():
+    """Brevitas' quantize takes a module's output for a tuple only when every node using it is
+    an element read: the length guard of the unpacking counts as one (it was quantized as a
+    tensor: "'tuple' object has no attribute 'reshape'")."""
+    model = Attention().eval()
+    generator = torch.Generator().manual_seed(1)
+    data = [torch.randn(4, 6, 8, generator=generator) for _ in range(2)]
+    fresh = torch.randn(4, 6, 8, generator=generator)
+    gm = specfx.trace(model, data[0])
+    retraced = recipe(copy.deepcopy(gm), data)
+    converted = recipe(to_brevitas_graph(copy.deepcopy(gm)), data, trace_model=False)
+    reference_route = value_trace_route(model, data[0], data)
+    with torch.no_grad():
+        reference = model(fresh)
+        expected = sqnr(reference, reference_route(fresh))
+        assert abs(sqnr(reference, retraced(fresh)) - expected) < 1.0
+        assert abs(sqnr(reference, converted(fresh)) - expected) < 1.0
+    assert "guard_len" in guard_names(retraced) and "guard_len" in guard_names(converted)
+
+
+class Classifier(nn.Module):
+    """A convnet that returns a transformers ModelOutput, as transformers models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, pixel_values):
+        from transformers.modeling_outputs import ImageClassifierOutput
+
+        features = torch.relu(self.conv(pixel_values)).mean((2, 3))
+        return ImageClassifierOutput(logits=self.fc(features))
+
+
+def test_model_output_return_goes_through_the_recipe():
+    """A graph returning a ModelOutput (rebuilt from its pytree spec, a constant Brevitas'
+    tracer refuses) re-traces under Brevitas: the quantized graph returns the same type."""
+    from transformers.modeling_outputs import ImageClassifierOutput
+
+    model = Classifier().eval()
+    data, (fresh,) = images(2, seed=1), images(1, seed=2)
+    gm = specfx.trace(model, data[0])
+    quantized = recipe(copy.deepcopy(gm), data)
+    with torch.no_grad():
+        output = quantized(fresh)
+        assert type(output) is ImageClassifierOutput
+        assert sqnr(model(fresh).logits, output.logits) > 20
+
+
+def test_structured_inputs_retrace_under_brevitas():
+    """A graph taking a dict re-traces under Brevitas' tracer; its entry check still refuses
+    a dict with another key."""
+
+    def f(batch):
+        return torch.relu(batch["x"]) * batch["scale"]
+
+    example = {"x": torch.randn(3), "scale": torch.tensor(2.0)}
+    gm = specfx.trace(f, (example,))
+    graph = brevitas_symbolic_trace(copy.deepcopy(gm))
+    assert torch.equal(graph(example), f(example))
+    with pytest.raises(GuardError, match="batch"):
+        graph({"x": torch.randn(3), "bias": torch.tensor(2.0)})
