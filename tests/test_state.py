@@ -5,6 +5,7 @@ they were after ``specfx.trace``, whether it succeeds, fails midway, or runs
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import math
 import random
@@ -832,3 +833,59 @@ def test_an_in_place_leaf_on_a_tensor_the_model_holds_writes_a_copy():
     assert torch.equal(traced.listed[0], torch.tensor([-3.0, 4.0]))
     assert torch.equal(gm(x), eager(x))
     assert torch.equal(traced.plain, eager.plain) and torch.equal(traced.listed[0], eager.listed[0])
+
+
+class TestTablesThatAreNotDicts:
+    """Offloading libraries (compressed-tensors inside llm-compressor's oneshot, accelerate)
+    replace a module's parameter table with a mapping that is not a dict."""
+
+    class OffloadedTable(collections.abc.MutableMapping):
+        def __init__(self, items):
+            self._items = dict(items)
+
+        def __getitem__(self, key):
+            return self._items[key]
+
+        def __setitem__(self, key, value):
+            self._items[key] = value
+
+        def __delitem__(self, key):
+            del self._items[key]
+
+        def __iter__(self):
+            return iter(self._items)
+
+        def __len__(self):
+            return len(self._items)
+
+    def test_trace_reads_them_and_leaves_them_as_they_were(self):
+        """The trace runs, equals eager, and every table is the same object with the same contents."""
+        model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))
+        for layer in (model[0], model[2]):
+            layer._parameters = self.OffloadedTable(layer._parameters)
+        tables = [(m._parameters, dict(m._parameters)) for m in model.modules()]
+        x = torch.randn(4, 3)
+        gm = specfx.trace(model, (x,))
+        assert torch.equal(gm(x), model(x))
+        assert all(m._parameters is table and dict(table) == contents
+                   for m, (table, contents) in zip(model.modules(), tables))
+
+    def test_a_forward_that_rebinds_a_parameter_is_put_back(self):
+        """A write into such a table during the trace is put back, as in a dict table."""
+
+        class Rebinds(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(2, 2)
+
+            def forward(self, x):
+                self.lin.bias = None  # (written into the table: lin._parameters["bias"] = None)
+                return self.lin(x)
+
+        model = Rebinds()
+        model.lin._parameters = self.OffloadedTable(model.lin._parameters)
+        bias = model.lin.bias
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            specfx.trace(model, (torch.ones(1, 2),))
+        assert model.lin.bias is bias

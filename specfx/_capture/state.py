@@ -38,7 +38,7 @@ import random
 import sys
 import types
 import warnings
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.fx
@@ -470,6 +470,7 @@ class StateKeeper:
         self._live: List[Dict[str, Any]] = []
         self._layouts: List[Tuple[str, ...]] = []
         self._values: Tuple[Any, ...] = ()
+        self._values_of: Callable[[Any], Any] = dict.values  # how a table's values are read
         self._param_state: Tuple[List[bool], List[Any], List[int]] = ([], [], [])
         self._containers: List[Tuple[str, Any, Any]] = []  # (name, the user's container, its contents)
         self._generators: List[Tuple[torch.Generator, torch.Tensor]] = []
@@ -496,7 +497,11 @@ class StateKeeper:
         tables = [*attributes, *map(_PARAMETERS, attributes), *map(_BUFFERS, attributes), *map(_CHILDREN, attributes)]
         self._plain = plain
         self._live = tables
-        self._values = tuple(itertools.chain.from_iterable(map(dict.values, tables)))
+        # Offloading libraries (compressed-tensors inside llm-compressor's oneshot, accelerate)
+        # replace a module's tables with mappings that are not dicts: read those through their
+        # own values() (told once per trace, in C, for the common all-dict case)
+        self._values_of = dict.values if set(map(type, tables)) == _ONLY_DICT else _VALUES
+        self._values = tuple(itertools.chain.from_iterable(map(self._values_of, tables)))
         shared: Dict[Tuple[str, ...], Tuple[str, ...]] = {}
         self._layouts = list(map(shared.setdefault, *itertools.tee(map(tuple, tables))))  # one per distinct layout
         # the parameters in named_parameters()'s order (shared ones once), with their autograd
@@ -505,7 +510,7 @@ class StateKeeper:
                              for (_, m), is_script in zip(tree, script)]
                             if scripted else tables[len(plain):2 * len(plain)])  # (plain is the tree)
         flat = list(itertools.chain.from_iterable(  # (a ScriptModule's table is a C++ view, not a dict)
-            map(_VALUES if scripted else dict.values, parameter_tables)))
+            map(_VALUES if scripted else self._values_of, parameter_tables)))
         self._params = [p for p in dict(zip(map(id, flat), flat)).values() if p is not None]
         self._param_state = _parameter_state(self._params)
         self._tree = tree
@@ -588,7 +593,7 @@ class StateKeeper:
         live = self._live
         # (nothing changed, the common case: every value of every table the same object, told in C)
         if not (len(self._values) == sum(map(len, live))
-                and all(map(operator.is_, itertools.chain.from_iterable(map(dict.values, live)), self._values))
+                and all(map(operator.is_, itertools.chain.from_iterable(map(self._values_of, live)), self._values))
                 and list(map(tuple, live)) == self._layouts):
             self._restore_tables()
         for name, container, contents in self._containers:
@@ -625,6 +630,7 @@ class StateKeeper:
 
 _ABSENT = object()
 _VALUES = operator.methodcaller("values")
+_ONLY_DICT = {dict}
 _PARAMETERS = operator.itemgetter("_parameters")
 _BUFFERS = operator.itemgetter("_buffers")
 _CHILDREN = operator.itemgetter("_modules")
