@@ -126,7 +126,8 @@ class TestTree:
         skip = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".hypothesis", ".pytest_cache"}
         offenders = []
         for folder, subfolders, files in os.walk(root):
-            subfolders[:] = [d for d in subfolders if d not in skip and not d.endswith(".egg-info")]
+            subfolders[:] = [d for d in subfolders if d not in skip and not d.endswith(".egg-info")
+                             and not d.startswith(".venv-")]  # (.ci/run's client environments)
             for name in files:
                 if name in skip:  # a worktree's .git is a file naming the main checkout
                     continue
