@@ -7,59 +7,18 @@ recorded, explained and guarded.
 >>> gm = specfx.trace(f, torch.ones(4), policy=specfx.Policy(iter=True, bool=True))
 >>> len(gm.specializations)
 2
+
+``import specfx`` imports neither torch nor the tracer: the package's contents
+(``specfx._api``) load the first time one of its names is used, so that ``python -m
+specfx --help`` and a mistyped option answer at once.
 """
 
+import importlib
 import sys
+from typing import TYPE_CHECKING, Any, List
 
-from . import guards  # noqa: F401 - the public module of the guard functions
-from .integrations.export import export
-from ._graph.specialization import Specialization
-from .guards import (  # noqa: F401 - generated graph code imports the guards from here
-    GuardKind,
-    guard_device,
-    guard_dtype,
-    guard_float,
-    guard_grad_enabled,
-    guard_has_attr,
-    guard_index,
-    guard_int,
-    guard_is_none,
-    guard_is_tensor,
-    guard_item,
-    guard_keys,
-    guard_layout,
-    guard_len,
-    guard_ndim,
-    guard_numel,
-    guard_shape,
-    guard_size,
-    guard_tolist,
-    guard_truth,
-    guard_type,
-    guard_value,
-)
-from ._policy.policy import Policy, Specialize
-from ._graph.structure import flatten_inputs, rebuild_outputs  # noqa: F401 - called by generated graph code
-from ._graph.records import keep_records, rebuild_graph_module  # noqa: F401 - named by pickles of traced graphs
-from ._frames.source import SourceLocation  # noqa: F401 - named by pickles of records
-from ._graph.retrace import call_function, call_method, getitem  # noqa: F401 - called by generated graph code
-from ._graph.caught import raise_caught  # noqa: F401 - called by generated graph code
-from ._frames.caught import rebuild_caught  # noqa: F401 - named by pickles of marked graphs
-from ._graph.report import explain, specializations
-from ._policy.scope import specialize
-from ._specializer.specializer import Specializer
-from ._trace.trace import trace
-from ._trace.coverage import Coverage, GuardCoverage, coverage
-from ._capture.tracer import SpecTracer, autocast_enabled  # noqa: F401 - called by generated graph code
-from ._trace.options import check_concrete_arg, check_input_type, default_argument  # noqa: F401 - called by generated graph code
-from .errors import (
-    GuardError,
-    SpecfxError,
-    SpecializationError,
-    SpecializationWarning,
-    TraceCheckError,
-    VariantLimitError,
-)
+if TYPE_CHECKING:
+    from ._api import *  # noqa: F403 - what type checkers see; at run time __getattr__ loads it
 
 __version__ = "0.2.0"
 
@@ -67,8 +26,6 @@ __version__ = "0.2.0"
 # (and its pickles, since 0.1) reference them as `specfx.guard_*`; they are documented
 # in specfx.guards and are not API to call.
 __all__ = [
-    "Coverage",
-    "GuardCoverage",
     "GuardError",
     "GuardKind",
     "Policy",
@@ -81,7 +38,6 @@ __all__ = [
     "Specializer",
     "TraceCheckError",
     "VariantLimitError",
-    "coverage",
     "explain",
     "export",
     "specializations",
@@ -89,8 +45,27 @@ __all__ = [
     "trace",
 ]
 
+
+def __getattr__(name: str) -> Any:
+    """A name of the package, from ``specfx._api`` (imported on the first use of any)."""
+    if name.startswith("__") or name == "_api":  # dunders probed by inspect/pickle; _api while it loads
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _api = importlib.import_module(f"{__name__}._api")
+    try:
+        value = getattr(_api, name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> List[str]:
+    _api = importlib.import_module(f"{__name__}._api")
+    return sorted(set(globals()) | set(_api.__all__))
+
+
 # Graphs pickled by 0.1 and 0.2 name private module paths of their time: keep them loadable.
-from ._graph.legacy import install_legacy_paths
+from ._graph.legacy import install_legacy_paths  # noqa: E402 - after __getattr__, which it uses
 
 install_legacy_paths(sys.modules[__name__])
 del install_legacy_paths

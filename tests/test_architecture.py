@@ -24,7 +24,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("_specializer",),
     ("integrations",),
     ("cli",),
-    ("__init__", "__main__", "brevitas", "quantize_fx"),  # the public face
+    ("__init__", "_api", "__main__", "brevitas", "quantize_fx"),  # the public face
 )
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

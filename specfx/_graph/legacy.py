@@ -9,6 +9,8 @@ pickles look up there (unpickling imports ``specfx`` first, so they are always f
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import sys
 import types
 from typing import Any, Dict
@@ -32,10 +34,17 @@ def install_legacy_paths(package: Any) -> None:
     """Register one small module per old path, holding the names read from ``package``
     (the ``specfx`` module, passed in so that this layer imports nothing above it)."""
     for path, names in LEGACY_PATHS.items():
-        if path in sys.modules:
+        if path in sys.modules or importlib.util.find_spec(path) is not None:
             continue  # a real module of that name (the `_policy` package)
         module = types.ModuleType(path, "Import path of an earlier specfx release, kept for its pickles.")
-        for old, new in names.items():
-            setattr(module, old, getattr(package, new))
+        # Resolved when a pickle looks a name up: `import specfx` loads its contents on first use.
+        module.__getattr__ = functools.partial(_resolve, package, path, names)  # type: ignore[method-assign]
         sys.modules[path] = module
         setattr(package, path.rsplit(".", 1)[1], module)
+
+
+def _resolve(package: Any, path: str, names: Dict[str, str], name: str) -> Any:
+    """``name`` looked up in the old module ``path``: the public object it became."""
+    if name not in names:
+        raise AttributeError(f"module {path!r} has no attribute {name!r}")
+    return getattr(package, names[name])
