@@ -17,8 +17,27 @@ import importlib
 import sys
 from typing import TYPE_CHECKING, Any, List
 
-if TYPE_CHECKING:
-    from ._api import *  # noqa: F403 - what type checkers see; at run time __getattr__ loads it
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads specfx._api
+    from ._api import *  # noqa: F403
+    from ._api import (
+        GuardError,
+        GuardKind,
+        Policy,
+        SpecTracer,
+        SpecfxError,
+        Specialization,
+        SpecializationError,
+        SpecializationWarning,
+        Specialize,
+        Specializer,
+        TraceCheckError,
+        VariantLimitError,
+        explain,
+        export,
+        specializations,
+        specialize,
+        trace,
+    )
 
 __version__ = "0.2.0"
 

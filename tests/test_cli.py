@@ -27,6 +27,42 @@ def not_a_factory():
     return 3
 
 
+class Heads(torch.nn.Module):
+    """A submodule that needs ITER_LEN (its forward iterates a split)."""
+
+    def forward(self, x):
+        return torch.cat([part * 2 for part in torch.split(x, 2, dim=1)], dim=1)
+
+
+class WithHeads(torch.nn.Module):
+    """Heads inside a model: `--scope 'heads=iter'` grants the flag there only."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads = Heads()
+        self.norm = torch.nn.LayerNorm(4)
+
+    def forward(self, x):
+        return self.norm(self.heads(x))
+
+
+def repeated(x, times=2):
+    """A Python int that sets a loop count: --concrete-arg bakes it in."""
+    return torch.cat([x for _ in range(times)])
+
+
+class Broken(torch.nn.Module):
+    """A model whose forward fails on every input (a shape mistake of its own)."""
+
+    def forward(self, x):
+        return x.view(3, -1, 7)
+
+
+def failing_factory():
+    """A factory that raises while building the model."""
+    raise ValueError("no such checkpoint: tiny.bin")
+
+
 def _leave_mark(path):
     """What an untrusted file's payload does when it is unpickled: here, create a file."""
     pathlib.Path(path).write_text("ran")
@@ -181,8 +217,16 @@ class TestCommands:
             (["trace", "tests.models:SplitCat", "--input", "foo(1)"], "foo() is not one of randn"),
             (["trace", "tests.models:SplitCat", "--input", "randn(x)"], "arguments must be literals"),
             (["trace", "tests.models:SplitCat", "--input", "randn(2, **{})"], "arguments must be literals"),
-            (["trace", "tests.models:SplitCat", "--kwarg", "oops"], "must look like name=VALUE"),
+            (["trace", "tests.models:SplitCat", "--kwarg", "oops"], "must look like NAME=VALUE"),
             (["trace", "tests.models:SplitCat", "--check", "-1"], "--check takes a count >= 0"),
+            (["trace", "tests.models:SplitCat", "--input", "randn(1, 4, dtype=float99)"], "'float99' is not a torch dtype"),
+            (["trace", "tests.models:SplitCat", "--scope", "heads"], "--scope 'heads' must look like GLOB=FLAGS"),
+            (["trace", "tests.models:SplitCat", "--scope", "heads=itr"], "--scope 'itr': unknown specialization flag"),
+            (["trace", "tests.models:SplitCat", "--concrete-arg", "1x=2"], "--concrete-arg '1x=2' must look like NAME=VALUE"),
+            (["trace", "tests.models:SplitCat", "--check-input", "randn(2, x)"], "arguments must be literals"),
+            (["trace", "tests.models:SplitCat", "--leaf", "nope"], "--leaf 'nope' is neither a submodule"),
+            (["trace", "tests.test_cli:failing_factory"], "tests.test_cli:failing_factory() raised ValueError: no such "
+                                                           "checkpoint: tiny.bin (at "),
         ],
     )
     def test_bad_arguments_are_one_line_errors(self, argv, message, capsys):
@@ -214,3 +258,123 @@ class TestCommands:
         """`python -m specfx --help` works as a program."""
         done = subprocess.run([sys.executable, "-m", "specfx", "--help"], capture_output=True, text=True)
         assert done.returncode == 0 and "explain" in done.stdout
+
+
+class TestCommandLineSpeaksCommandLine:
+    def test_refusal_names_the_options(self, capsys):
+        """A refusal under the CLI gives its fixes as options (--policy, --scope), not as Python, and no traceback."""
+        assert main(["trace", "tests.test_cli:WithHeads", "--input", "randn(2, 4)", "--policy", "bool"]) == 1
+        err = capsys.readouterr().err
+        assert "Fix: pass --policy bool,iter; or decorate Heads.forward with @specialize(iter=True); or allow it " \
+               "in this submodule only: --scope 'heads=iter'." in err
+        assert "Policy(" not in err and "Traceback" not in err
+
+    def test_scope_grants_one_submodule(self, capsys):
+        """--scope GLOB=FLAGS grants the flags in the matching submodules only."""
+        assert main(["trace", "tests.test_cli:WithHeads", "--input", "randn(2, 4)", "--scope", "heads=iter",
+                     "--check-input", "randn(5, 4)"]) == 0
+        assert "specfx: 1 specialization from 1 source line (iter: 1), all guarded" in capsys.readouterr().out
+        assert main(["trace", "tests.test_cli:WithHeads", "--input", "randn(2, 4)", "--scope", "norm=iter"]) == 1
+        assert "--scope 'heads=iter'" in capsys.readouterr().err
+
+    def test_concrete_arg_bakes_a_python_input(self, capsys):
+        """--concrete-arg NAME=VALUE bakes the value (the branch), as concrete_args does; the refusal names it."""
+        assert main(["trace", "tests.test_cli:repeated", "--function", "--input", "randn(3)", "--kwarg",
+                     "times=3"]) == 1
+        assert ("Fix: pass --policy scalars; or decorate repeated with @specialize(scalars=True); or bake the input "
+                "in with --concrete-arg times=3.") in capsys.readouterr().err
+        assert main(["trace", "tests.test_cli:repeated", "--function", "--input", "randn(3)", "--concrete-arg",
+                     "times=3", "--check", "2", "--check-input", "randn(5)"]) == 0
+        captured = capsys.readouterr()
+        assert "cat = torch.cat([x, x, x])" in captured.out and "3 check input(s) agree with eager" in captured.err
+
+    @pytest.mark.parametrize("leaf", ["heads", "tests.test_cli:Heads", "tests.test_cli.Heads"])
+    def test_leaf_by_name_or_class(self, leaf, capsys):
+        """--leaf keeps a submodule (named, or by its class) out of the trace: it is called as a whole."""
+        assert main(["trace", "tests.test_cli:WithHeads", "--input", "randn(2, 4)", "--leaf", leaf]) == 0
+        out = capsys.readouterr().out
+        assert "heads = self.heads(x)" in out and "split" not in out
+
+    def test_torch_nn_class_as_leaf(self, capsys):
+        """A torch.nn class is found by its bare name too."""
+        assert main(["trace", "tests.test_cli:WithHeads", "--input", "randn(2, 4)", "--policy", "iter",
+                     "--leaf", "LayerNorm"]) == 0
+        assert "norm = self.norm(" in capsys.readouterr().out
+
+    def test_check_input_other_batch_sizes(self, capsys):
+        """--check-input runs other shapes through eager and graph; one the graph does not cover fails, one line
+        of what and where plus the fix, exit 1."""
+        assert main(["trace", "tests.models:SplitCat", "--input", "randn(1, 4, 3, 3)", "--policy", "iter",
+                     "--check-input", "randn(8, 4, 5, 5)", "--check-input", "x=randn(2, 4, 1, 1)"]) == 0
+        assert "2 check input(s) agree with eager" in capsys.readouterr().err
+        assert main(["trace", "tests.models:SplitCat", "--input", "randn(1, 4, 3, 3)", "--policy", "iter",
+                     "--check-input", "randn(1, 6, 3, 3)"]) == 1
+        err = capsys.readouterr().err
+        assert "TraceCheckError: check_inputs[0]: a guard failed" in err and "len(x) == 2" in err
+
+    @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA build can make the tensor")
+    def test_input_torch_cannot_make_is_one_line(self, capsys):
+        """A device this torch build lacks is one line naming the option, not torch's traceback."""
+        assert main(["trace", "tests.models:SplitCat", "--input", 'randn(1, 4, device="cuda")']) == 2
+        err = capsys.readouterr().err
+        assert err == ("specfx trace: --input 'randn(1, 4, device=\"cuda\")': torch.randn says: "
+                       "Torch not compiled with CUDA enabled\n")
+
+    def test_model_failure_is_one_line_with_where(self, capsys):
+        """The model's own error while tracing: one line, its type, message and the model's line; --traceback
+        raises it instead."""
+        assert main(["trace", "tests.test_cli:Broken", "--input", "randn(2, 4)"]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 2 and err.startswith("tracing tests.test_cli:Broken ...\n")
+        last = err.splitlines()[1]
+        assert last.startswith("specfx trace: tracing failed: RuntimeError: shape '[3, -1, 7]' is invalid")
+        assert "(at tests/test_cli.py:" in last and ": return x.view(3, -1, 7))" in last
+        with pytest.raises(RuntimeError):
+            main(["trace", "tests.test_cli:Broken", "--input", "randn(2, 4)", "--traceback"])
+
+    def test_arguments_are_checked_before_the_model_is_imported(self, capsys):
+        """A bad option is reported before the model's module is imported (and before "tracing ...")."""
+        assert main(["trace", "tests.never_imported:build", "--policy", "itr"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("specfx trace: --policy 'itr': unknown specialization flag 'itr'") and "tracing" not in err
+        assert "tests.never_imported" not in sys.modules
+
+    @pytest.mark.parametrize("argv", [["--help"], ["trace", "--help"], ["trace", "m:f", "--policy", "itr"],
+                                      ["trace", "m:f", "--input", "randn(x)"], ["trace", "nocolon"]])
+    def test_help_and_argument_errors_import_no_torch(self, argv):
+        """--help and argument errors answer without importing torch (what makes them take seconds)."""
+        code = ("import sys; from specfx.cli import main\n"
+                "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+                "print('torch imported:', 'torch' in sys.modules, file=sys.stderr)")
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+        assert done.stderr.strip().endswith("torch imported: False")
+
+    def test_console_script_imports_from_the_current_directory(self, tmp_path, monkeypatch, capsys):
+        """The console script (whose sys.path starts at its own folder) imports MODULE from the current directory,
+        as python -m specfx does."""
+        (tmp_path / "my_local_model.py").write_text(
+            "import torch\nclass Tiny(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n")
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+        try:
+            assert main(["trace", "my_local_model:Tiny", "--input", "randn(2)"]) == 0
+        finally:
+            sys.modules.pop("my_local_model", None)
+        assert "mul = x * 2" in capsys.readouterr().out
+        assert str(tmp_path) not in sys.path
+
+    def test_import_noise_is_dropped_for_the_command_only(self, caplog):
+        """torchao's "Failed to load" lines (a CPU torch cannot load its CUDA kernels) are dropped while the command
+        runs, and only then: specfx changes no logging of the user's own programs."""
+        import logging
+
+        from specfx.cli.trace_command import _quiet_import_noise
+
+        noisy = logging.getLogger("torchao")
+        with caplog.at_level(logging.WARNING):
+            with _quiet_import_noise():
+                noisy.warning("Failed to load /x/_C_mxfp8.so: Could not load this library")
+                noisy.warning("a real warning")
+            noisy.warning("Failed to load /x/_C_mxfp8.so: outside the command")
+        assert [r.getMessage() for r in caplog.records] == [
+            "a real warning", "Failed to load /x/_C_mxfp8.so: outside the command"]

@@ -233,3 +233,16 @@ class TestExtending:
         """A tracer class that is not a SpecTracer, or a non-module in trace_through, is a TypeError."""
         with pytest.raises(TypeError, match=match):
             specfx.trace(SplitCat(), torch.randn(1, 4, 2, 2), **kwargs)
+
+
+class TestCheckInputsWithConcreteArgs:
+    def test_eager_gets_the_baked_value(self):
+        """check_inputs run eager with the concrete_args the graph baked in (eager with its default would differ,
+        and the graph takes no such argument)."""
+
+        def repeated(x, times=2):
+            return torch.cat([x for _ in range(times)])
+
+        gm = specfx.trace(repeated, torch.randn(3), concrete_args={"times": 3}, check_inputs=[torch.randn(5)])
+        x = torch.randn(4)
+        assert torch.equal(gm(x), repeated(x, times=3))

@@ -32,6 +32,7 @@ from .._policy.describe import is_input_path
 from .evaluation import Unevaluable, proxies_in
 from .._policy.policy import Layer, Resolved, Specialize, resolve
 from .._policy.scope import current_layers
+from .._policy.spelling import spelling
 from .._frames.source import SourceLocation, user_frame, user_location
 from .values import (
     MISSING,
@@ -399,5 +400,5 @@ def _is_parameter_node(proxy: ValueProxy) -> bool:
 
 def _config_fix(proxy: ValueProxy, value: Any) -> Optional[str]:
     if type(proxy) is ValueProxy and proxy.node.op == "placeholder" and not isinstance(value, torch.Tensor):
-        return f"bake the input in with concrete_args={{{proxy.node.target!r}: {value!r}}}"
+        return f"bake the input in with {spelling().concrete(str(proxy.node.target), value)}"
     return None

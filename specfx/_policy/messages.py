@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 from .describe import depends_on_text
 from .policy import Resolved, Specialize, keyword_of
+from .spelling import spelling
 from .._frames.source import SourceLocation
 from ..errors import SpecializationError, compatible_error_class
 
@@ -83,13 +84,11 @@ def denied_error(
         fixes = [f"remove {keyword}=False from {decider.origin}, or keep `{operation}` out of that code"]
     else:
         why = f"Specialize.{flag.name} is not allowed by the policy in force"
-        fixes = [f"pass policy=Policy({keyword}=True) to specfx.trace"]
+        fixes = [spelling().grant(keyword)]
         if location is not None and not location.filename.startswith("<"):
             fixes.append(f"decorate {location.function} with @specialize({keyword}=True)")
         if module_path:
-            fixes.append(
-                f"allow it in this submodule only: Policy(scopes={{{module_path!r}: Policy({keyword}=True)}})"
-            )
+            fixes.append(f"allow it in this submodule only: {spelling().grant_in(module_path, keyword)}")
     if extra_fix:
         fixes.append(extra_fix)
     message = (
@@ -112,8 +111,8 @@ def no_value_error(
     message = (
         f"{operation} needs a concrete value, but `{name}` was traced without example inputs, "
         f"so it has none{f' ({fx_message})' if fx_message else ''}.\n"
-        f"Fix: pass representative example inputs, e.g. specfx.trace(model, (example_input,), "
-        f"policy=Policy({keyword}=True)), so the value can be specialized and guarded."
+        f"Fix: pass representative example inputs, e.g. {spelling().example_call(keyword)}, so the value "
+        f"can be specialized and guarded."
         f"{_where(location)}"
     )
     real_flag = flag if isinstance(flag, Specialize) else Specialize.ITER_LEN
@@ -240,7 +239,7 @@ def caught_error_failure(operation: str, where: str, error: BaseException, handl
         f"graph does not have.\n"
         f"Fix: test the condition instead of catching its error (e.g. compare the shapes: a decision "
         f"specfx guards and a Specializer can trace both ways), or move the try/except out of the traced "
-        f"code (into a leaf module: trace(..., leaf_modules=[...]), or around the graph's call)."
+        f"code (into a leaf module: {spelling().leaf()}, or around the graph's call)."
     )
 
 

@@ -43,15 +43,18 @@ def _check_tolerance(tolerance: Any) -> Optional[Tuple[float, float]]:
     raise TypeError(f"check_tolerance= takes (rtol, atol), two non-negative numbers; got {tolerance!r}")
 
 
-def check(gm: torch.fx.GraphModule, root: Any, check_inputs: Sequence[Any], tolerance: Any = None) -> None:
+def check(gm: torch.fx.GraphModule, root: Any, check_inputs: Sequence[Any], tolerance: Any = None,
+          concrete_args: Optional[Dict[str, Any]] = None) -> None:
     """Run eager and traced on each input; raise :class:`TraceCheckError` on a
-    guard failure or a differing output, naming the input's index."""
+    guard failure or a differing output, naming the input's index. The eager model
+    is also given ``concrete_args``, which the graph has baked in."""
     if isinstance(check_inputs, (torch.Tensor, dict)) or not isinstance(check_inputs, Sequence):
         raise TypeError("check_inputs= takes a list of inputs, e.g. [(x1,), (x2,)]")
     tolerance = _check_tolerance(tolerance)
     for index, entry in enumerate(check_inputs):
         args, kwargs = _as_call(entry)
-        eager_inputs, graph_inputs = clone_example((args, kwargs)), clone_example((args, kwargs))
+        eager_inputs = clone_example((args, {**kwargs, **(concrete_args or {})}))
+        graph_inputs = clone_example((args, kwargs))
         # Both runs act on private copies of the model's tensors (shadow modules): the user's
         # model is not written, and both start from the same state.
         # Both draw random numbers from private generators starting from the same states:

@@ -20,6 +20,7 @@ from .._graph.specialization import Specialization
 from .._capture.deferred import DeferredFailure
 from .options import check_autowrap, check_leaf_modules, guard_concrete_args, tensor_defaults_as_inputs, traceable_root
 from .._policy.policy import Policy, Specialize, parse_flags
+from .._policy.spelling import spelling
 from .._graph.records import keep_records
 from .._graph.report import list_decisions, specializations
 from .._graph.retrace import retraceable
@@ -160,7 +161,7 @@ def trace(
     attach(gm, [*_inherited_records(root), *tracer.specializations], policy)
     _warn_degenerate(tracer.specializations)
     if check_inputs is not None:
-        check(gm, root, check_inputs, check_tolerance)
+        check(gm, root, check_inputs, check_tolerance, concrete_args)
     return gm
 
 
@@ -283,8 +284,7 @@ def bind_examples(
             raise TypeError(f"missing a required argument: {missing[0]!r}")
     except TypeError as error:
         raise TypeError(
-            f"the example inputs do not fit {owner}{shown}: {error}. Pass example_inputs as a "
-            f"tuple of positional arguments and example_kwargs as a dict"
+            f"the example inputs do not fit {owner}{shown}: {error}. {spelling().examples()}"
         ) from None
     examples: Dict[str, Any] = {}
     parameters = list(signature.parameters.values())[len(leading):]
