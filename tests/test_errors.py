@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import multiprocessing.reduction
 import pathlib
 import pickle
@@ -17,6 +18,7 @@ from specfx import errors
 
 from .models import MODELS_FILE, SplitCat, line_of
 
+THIS_FILE = os.path.relpath(__file__)
 SEED_LINE = line_of(SplitCat.forward, "self.call_cat(*x)")
 
 
@@ -334,3 +336,201 @@ class TestGuardErrorKind:
         with pytest.raises(GuardError) as caught:
             gm(other)
         assert caught.value.kind == kind
+
+
+class Tiny(torch.nn.Module):
+    """The smallest model of the first hour."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.linear(x).relu()
+
+
+class Converts(torch.nn.Module):
+    """A model that takes arrays as eager can: it converts them itself."""
+
+    def forward(self, x):
+        return torch.from_numpy(x) * 2
+
+
+class TestFirstHourMistakes:
+    def test_model_class_instead_of_instance(self):
+        """The class itself, with or without examples, in trace() or a Specializer: pass an instance."""
+        expected = ("trace() takes a model instance, but got the class Tiny itself. Pass an instance, "
+                    "e.g. Tiny()")
+        for call in (lambda: specfx.trace(Tiny, torch.randn(2, 4)), lambda: specfx.trace(Tiny)):
+            with pytest.raises(TypeError) as caught:
+                call()
+            assert str(caught.value) == expected
+        with pytest.raises(TypeError, match=r"^Specializer\(\) takes a model instance, .* e.g. Tiny\(\)$"):
+            specfx.Specializer(Tiny)
+        with pytest.raises(TypeError, match=r"e\.g\. Linear\(\.\.\.\)$"):  # its constructor needs arguments
+            specfx.trace(torch.nn.Linear, torch.randn(2, 4))
+
+    def test_keyword_batch_passed_positionally(self):
+        """A dict whose keys are forward's parameters, given positionally: pass example_kwargs=batch."""
+        batch = {"x": torch.randn(2, 4)}
+        for example in (batch, (batch,)):
+            with pytest.raises(TypeError) as caught:
+                specfx.trace(Tiny(), example)
+            assert str(caught.value) == (
+                "the example is a dict whose keys (x) are parameters of Tiny.forward, passed positionally: forward "
+                "would receive the whole dict as `x`. A dict of keyword arguments (a tokenizer batch) goes in "
+                "example_kwargs: pass example_kwargs=batch, e.g. specfx.trace(model, example_kwargs=batch)")
+        gm = specfx.trace(Tiny(), example_kwargs=batch)
+        x = torch.randn(3, 4)
+        assert torch.equal(gm(x), gm.linear(x).relu())
+
+    def test_dict_that_is_one_argument_is_traced(self):
+        """A dict whose keys are not parameters is one argument, as forward(batch) takes it."""
+        gm = specfx.trace(lambda batch: batch["pixels"] * 2, ({"pixels": torch.ones(2)},))
+        assert torch.equal(gm({"pixels": torch.ones(3)}), torch.full((3,), 2.0))
+
+    def test_tokenizer_batch_passed_positionally(self):
+        """transformers' own case: a BatchEncoding passed as the positional example."""
+        transformers = pytest.importorskip("transformers")
+        model = transformers.BertModel(transformers.BertConfig(
+            vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)).eval()
+        batch = transformers.BatchEncoding({"input_ids": torch.randint(0, 100, (2, 8)),
+                                            "attention_mask": torch.ones(2, 8, dtype=torch.int64)})
+        with pytest.raises(TypeError, match=r"^the example is a BatchEncoding whose keys \(input_ids, "
+                                            r"attention_mask\) are parameters of BertModel.forward, .*"
+                                            r"as `input_ids`\. .* pass example_kwargs=batch"):
+            specfx.trace(model, batch)
+
+    def test_list_taken_as_one_argument(self):
+        """A list is one argument; when the model fails on it, the message says so and how to pass a tuple."""
+        with pytest.raises(TypeError) as caught:
+            specfx.trace(Tiny(), [torch.randn(2, 4)])
+        lines = str(caught.value).splitlines()
+        assert lines[0].startswith("the model failed on the example: TypeError: linear(): argument 'input'")
+        assert lines[1] == f"  at {THIS_FILE}:{line_of(Tiny.forward, 'return self.linear(x).relu()')}: " \
+                           f"return self.linear(x).relu()"
+        assert lines[2] == ("The example is a list (1 item(s) of type Tensor), and a list is passed as one argument, "
+                            "`x`, as model(example) would. Pass positional arguments as a tuple: "
+                            "specfx.trace(model, tuple(example)) (or, if forward takes a list, check what the list "
+                            "holds)")
+        assert isinstance(caught.value.__cause__, TypeError)
+
+    def test_list_a_model_takes_is_traced(self):
+        """A model whose forward takes a list traces with a list example."""
+        gm = specfx.trace(lambda xs: xs[0] + xs[1], [torch.ones(2), torch.ones(2)])
+        assert torch.equal(gm([torch.ones(2), torch.full((2,), 2.0)]), torch.full((2,), 3.0))
+
+    @pytest.mark.parametrize("model", [Tiny(), Converts()], ids=["tensor-model", "converting-model"])
+    def test_numpy_example_is_refused_with_the_fix(self, model):
+        """A numpy example is refused before the trace (never a crash inside torch), naming the input and the fix."""
+        numpy = pytest.importorskip("numpy")
+        with pytest.raises(TypeError) as caught:
+            specfx.trace(model, numpy.ones((2, 4), dtype=numpy.float32))
+        assert str(caught.value) == (
+            "example input x is a numpy.ndarray (shape (2, 4), dtype float32); specfx traces tensors, and the graph "
+            "takes tensors. Pass torch.from_numpy(x) as the example, and convert arrays the same way before "
+            "calling the graph (if forward converts arrays itself, with torch.as_tensor or torch.from_numpy, move "
+            "that conversion out of forward)")
+
+    def test_numpy_inside_a_structure_is_named_by_its_path(self):
+        """An array inside a dict input is named by its key path."""
+        numpy = pytest.importorskip("numpy")
+        with pytest.raises(TypeError, match=r"^example input batch\['pixels'\] is a numpy.ndarray"):
+            specfx.trace(lambda batch: batch["pixels"] * 2, example_kwargs={"batch": {"pixels": numpy.ones(3)}})
+
+    def test_training_mode_warns_once(self):
+        """A model with dropout traced in training mode warns once per trace: how to trace in eval mode, and what
+        the graph keeps of the mode."""
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.Dropout(0.1))
+        with pytest.warns(UserWarning) as caught:
+            specfx.trace(model, torch.randn(2, 4))
+        training = [w for w in caught if "training mode" in str(w.message)]
+        assert len(training) == 1 and training[0].filename == __file__
+        assert str(training[0].message) == (
+            "Sequential is traced in training mode, and 2 of its modules compute differently in training "
+            "(1 (Dropout), 2 (Dropout)), so the graph computes as training does (dropout drawn, batch statistics "
+            "used). Models start in training mode, models built from a config too: for an inference graph, call "
+            "model.eval() before specfx.trace. The graph keeps the mode it was traced in wherever forward reads "
+            "self.training (gm.eval() later switches only its leaf modules, such as nn.Dropout); "
+            "specfx.Specializer keeps one graph per mode.")
+
+    def test_eval_mode_or_no_mode_dependent_module_is_quiet(self):
+        """No warning in eval mode, nor in training mode when no module computes differently."""
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            specfx.trace(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).eval(), torch.randn(2, 4))
+            specfx.trace(Tiny(), torch.randn(2, 4))
+
+    def test_check_error_ends_with_its_own_pointer_and_fix(self):
+        """A guard failing on a check input: the guard's facts, the check's fix, one docs pointer (its own)."""
+
+        def heads(x):
+            return torch.cat([part * 2 for part in torch.split(x, 2)])
+
+        with pytest.raises(specfx.TraceCheckError) as caught:
+            specfx.trace(heads, torch.ones(4), policy="iter", check_inputs=[torch.ones(6)])
+        lines = str(caught.value).splitlines()
+        assert lines[0] == "check_inputs[0]: a guard failed, so the graph does not cover this input:"
+        assert lines[1].startswith("specfx guard failed: the graph was traced assuming len(torch.split(x, 2, dim=0)) "
+                                   "== 2, but for this input len(torch.split(x, 2, dim=0)) == 3.")
+        assert lines[2].startswith("  assumed at ") and lines[2].endswith(
+            "return torch.cat([part * 2 for part in torch.split(x, 2)])")
+        assert lines[3:] == [
+            "Fix: check with inputs the graph is meant to cover; for inputs like this one, trace with such an "
+            "example, or let specfx.Specializer(model, policy) keep one graph per set of assumptions.",
+            "(specfx docs: docs/errors.md#tracecheckerror)"]
+
+
+def _rows(x):
+    return torch.stack([row * 2 for row in x])
+
+
+def _length(x):
+    return x * len(x)
+
+
+class TestDegenerateSizes:
+    @pytest.mark.parametrize("function, policy, expected", [
+        (_rows, "iter", "len(x) == 1"),
+        (_length, "iter", "len(x) == 1"),
+    ], ids=["for-row-in-x", "len-x"])
+    def test_input_of_batch_one_warns_naming_the_input(self, function, policy, expected):
+        """Iterating or measuring an input of batch 1 warns, naming the input, as other decisions on size 1 do."""
+        with pytest.warns(specfx.SpecializationWarning) as caught:
+            specfx.trace(function, torch.randn(1, 3), policy=policy)
+        (warning,) = [w for w in caught if w.category is specfx.SpecializationWarning]
+        line = line_of(function, "return")
+        assert f"  {expected} at {THIS_FILE}:{line} (from input x)" in \
+            str(warning.message).splitlines()
+
+    def test_empty_input_warns(self):
+        """A batch of 0 is degenerate too."""
+        with pytest.warns(specfx.SpecializationWarning, match=r"len\(x\) == 0 at .* \(from input x\)"):
+            specfx.trace(_length, torch.randn(0, 3), policy="iter")
+
+    def test_count_fixed_by_the_code_is_quiet(self):
+        """`row, = x` fixes the count in the code (eager raises on another): no warning."""
+        import warnings
+
+        def single(x):
+            row, = x
+            return row
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            specfx.trace(single, torch.randn(1, 3))
+
+    def test_once_per_source_line(self):
+        """A decision repeated on one line (a loop over layers) is listed once."""
+
+        def layers(x):
+            for _ in range(3):
+                x = torch.stack([row + 1 for row in x])
+            return x
+
+        with pytest.warns(specfx.SpecializationWarning) as caught:
+            specfx.trace(layers, torch.randn(1, 3), policy="iter")
+        message = str(caught[0].message)
+        assert message.startswith("3 specialization(s) were decided") and message.count(" at ") == 1

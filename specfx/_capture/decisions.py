@@ -119,7 +119,7 @@ class Decider:
             location=location,
             module=module_path,
             guard=guard_name,
-            degenerate=_is_degenerate(subject, decision.kind, decision.value),
+            degenerate=_is_degenerate(subject, decision.kind, decision.value, decision.flag is Specialize.NONE),
             depends_on=self.describe.depends_on(subject.node),
         ))
 
@@ -128,13 +128,17 @@ def _is_meta(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.device.type == "meta"
 
 
-def _is_degenerate(proxy: ValueProxy, kind: GuardKind, value: Any) -> bool:
+def _is_degenerate(proxy: ValueProxy, kind: GuardKind, value: Any, fixed_by_code: bool) -> bool:
     """Decided on a size-0/1 dimension (read as an int under SHAPES, or feeding a
-    predicate), or on the length 0/1 of a container the model computed (an
-    input's length is the caller's choice, not an accident)."""
+    predicate), on the length 0/1 of a container the model computed, or on the first
+    dimension 0/1 of an input tensor iterated or measured (``for row in x`` over a
+    batch of 1). Not: a count the code itself fixes (``a, = x``: eager raises on
+    another)."""
     if state_of(proxy).degenerate:
         return True
-    if kind in (GuardKind.ITER, GuardKind.LEN, GuardKind.KEYS) and proxy.node.op != "placeholder":
+    if kind in (GuardKind.ITER, GuardKind.LEN, GuardKind.KEYS):
+        if proxy.node.op == "placeholder" and (fixed_by_code or not isinstance(value_of(proxy), torch.Tensor)):
+            return False
         return len(value) <= 1 if kind is GuardKind.KEYS else value <= 1
     if kind is GuardKind.SHAPE:
         return any(size in (0, 1) for size in value)

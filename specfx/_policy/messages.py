@@ -6,6 +6,7 @@ pin, lives in one place.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Optional, Sequence, Tuple
 
 from .describe import depends_on_text
@@ -316,8 +317,15 @@ def check_eager_raised(index: int, error: BaseException) -> str:
 
 
 def check_guard_failed(index: int, error: BaseException) -> str:
-    """``check_inputs``: a guard of the graph failed on one of the inputs."""
-    return f"check_inputs[{index}]: a guard failed, so the graph does not cover this input:\n{error}"
+    """``check_inputs``: a guard of the graph failed on one of the inputs. The guard's own
+    facts (what, where) are kept; its advice is for a call, this one for a check."""
+    lines = str(error.args[0] if error.args else error).splitlines() or [""]
+    facts = [lines[0], *itertools.takewhile(lambda line: line.startswith("  "), lines[1:])]
+    return (
+        f"check_inputs[{index}]: a guard failed, so the graph does not cover this input:\n" + "\n".join(facts)
+        + "\nFix: check with inputs the graph is meant to cover; for inputs like this one, trace with such "
+        "an example, or let specfx.Specializer(model, policy) keep one graph per set of assumptions."
+    )
 
 
 def check_outputs_differ(index: int, problem: str) -> str:
@@ -359,3 +367,62 @@ def calibration_structure_differs(index: int, failing: Sequence[int], given: boo
     return (f"{batch} has other inputs than {example}: {seen}.\n"
             f"One graph takes one input structure: keep a graph per structure with "
             f"specfx.Specializer(model, policy).fit(batches), or give batches of one structure.")
+
+def model_class_given(caller: str, qualname: str, example: str) -> str:
+    """``specfx.trace(Tiny, x)``: the class, not an instance."""
+    return f"{caller}() takes a model instance, but got the class {qualname} itself. Pass an instance, e.g. {example}"
+
+
+def keyword_batch_positional(kind: str, keys: Sequence[str], owner: str, first: str) -> str:
+    """A dict of the model's keyword arguments (a tokenizer batch) given as the positional example."""
+    shown = ", ".join(keys[:4]) + (", ..." if len(keys) > 4 else "")
+    return (
+        f"the example is a {kind} whose keys ({shown}) are parameters of {owner}, passed positionally: "
+        f"forward would receive the whole {kind} as `{first}`. A dict of keyword arguments (a tokenizer "
+        f"batch) goes in example_kwargs: pass example_kwargs=batch, e.g. specfx.trace(model, "
+        f"example_kwargs=batch)"
+    )
+
+
+def numpy_example(path: str, shape: Tuple[int, ...], dtype: Any) -> str:
+    """A numpy array among the example inputs."""
+    return (
+        f"example input {path} is a numpy.ndarray (shape {shape}, dtype {dtype}); specfx traces tensors, and "
+        f"the graph takes tensors. Pass torch.from_numpy({path}) as the example, and convert arrays the same "
+        f"way before calling the graph (if forward converts arrays itself, with torch.as_tensor or "
+        f"torch.from_numpy, move that conversion out of forward)"
+    )
+
+
+def list_example_failed(error: BaseException, where: str, count: int, kinds: Sequence[str], first: str) -> str:
+    """The trace failed on an example given as a list, which is one argument."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return (
+        f"the model failed on the example: {type(error).__name__}: {text}{where}\n"
+        f"The example is a list ({count} item(s) of type {', '.join(kinds) or '-'}), and a list is passed as "
+        f"one argument, `{first}`, as model(example) would. Pass positional arguments as a tuple: "
+        f"specfx.trace(model, tuple(example)) (or, if forward takes a list, check what the list holds)"
+    )
+
+
+def training_mode(model: str, modules: Sequence[Tuple[str, str]]) -> str:
+    """A model traced in training mode, with modules (qualified name, class) for which the mode matters."""
+    shown = ", ".join(f"{name} ({kind})" for name, kind in modules[:3]) + (", ..." if len(modules) > 3 else "")
+    return (
+        f"{model} is traced in training mode, and {len(modules)} of its modules compute differently in "
+        f"training ({shown}), so the graph computes as training does (dropout drawn, batch "
+        f"statistics used). Models start in training mode, models built from a config too: for an inference "
+        f"graph, call model.eval() before specfx.trace. The graph keeps the mode it was traced in wherever "
+        f"forward reads self.training (gm.eval() later switches only its leaf modules, such as nn.Dropout); "
+        f"specfx.Specializer keeps one graph per mode."
+    )
+
+
+def degenerate_decisions(count: int, lines: str) -> str:
+    """Decisions taken on a size of 0 or 1, listed once per source line with the inputs they depend on."""
+    return (
+        f"{count} specialization(s) were decided on an empty container, a length of 0 or 1 or a size-0/1 "
+        f"dimension; the example inputs may not be representative (the guards reject inputs that "
+        f"differ), e.g. a batch of 1 where real batches are larger:\n{lines}\n"
+        f"Trace with examples shaped like real inputs (a batch of 2 or more, non-empty)."
+    )

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Named
 import torch
 import torch.fx
 
+from .._trace.examples import refuse_model_class
 from .._trace.options import check_trace_options, split_concrete
 from .._capture.demands import deferred_shapes
 from .._policy.messages import fit_variant_limit
@@ -108,6 +109,7 @@ class Specializer(torch.nn.Module):
         **trace_options: Any,
     ) -> None:
         super().__init__()
+        refuse_model_class(model, "Specializer")
         if not (isinstance(model, torch.nn.Module) or callable(model)):
             raise TypeError(f"Specializer wraps an nn.Module or a function; got {type(model).__name__}")
         if not isinstance(max_variants, int) or isinstance(max_variants, bool) or max_variants < 1:

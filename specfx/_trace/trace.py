@@ -21,14 +21,16 @@ from .._capture.deferred import DeferredFailure
 from .options import check_autowrap, check_leaf_modules, guard_concrete_args, tensor_defaults_as_inputs, traceable_root
 from .._policy.policy import Policy, Specialize, parse_flags
 from .._policy.spelling import spelling
+from .._policy import messages as _messages
 from .._graph.records import keep_records
-from .._graph.report import list_decisions, specializations
+from .._graph.report import specializations
 from .._graph.retrace import retraceable
 from .._capture.state import clone_example, preserved_state
 from .calibration import trace_calibrated
 from .check import check
 from .._capture.tracer import TRACE_LOCK, SpecTracer
-from ..errors import SpecializationWarning, docs_pointer
+from ..errors import SpecfxError, SpecializationWarning, docs_pointer
+from .examples import explain_list_failure, refuse_model_class, refuse_numpy, refuse_positional_batch, warn_training_mode
 
 __all__ = ["trace"]
 
@@ -116,6 +118,7 @@ def trace(
     if progress is not None:
         raise TypeError("progress= goes with calibration=: a trace from example inputs shows no progress")
     policy = _as_policy(policy)
+    refuse_model_class(root, "trace")
     root = traceable_root(root)
     autowrap_functions, autowrap_modules = check_autowrap(autowrap_functions, autowrap_modules)
     if not isinstance(guards, bool):
@@ -129,7 +132,38 @@ def trace(
     if isinstance(root, torch.nn.Module):
         _warn_unmatched_scopes(policy, root)
     examples = bind_examples(root, example_inputs, example_kwargs, concrete_args)
+    if examples is not None:
+        refuse_numpy(examples)
+        warn_training_mode(root)
     name = type(root).__name__ if isinstance(root, torch.nn.Module) else getattr(root, "__name__", "function")
+    try:
+        gm, tracer, keeper = _run_tracer(root, examples, concrete_args, name, tracer_class, policy, guards,
+                                         leaf_modules, trace_through, autowrap_functions, autowrap_modules)
+    except (TypeError, AttributeError) as error:
+        if isinstance(error, SpecfxError):
+            raise
+        explained = explain_list_failure(error, example_inputs, next(iter(examples or {}), None))
+        if explained is None:
+            raise
+        raise explained from error
+    _unbind_traced_assignments(gm, root, keeper.assigned)
+    _warn_changed(keeper.changed)
+    if guards and examples is not None:  # (without examples the graph is torch.fx's, node for node)
+        if concrete_args:
+            guard_concrete_args(gm)
+    retraceable(gm)  # before the records: a re-trace by any tracer reproduces this graph
+    attach(gm, [*_inherited_records(root), *tracer.specializations], policy)
+    _warn_degenerate(tracer.specializations)
+    if check_inputs is not None:
+        check(gm, root, check_inputs, check_tolerance, concrete_args)
+    return gm
+
+
+def _run_tracer(root: Any, examples: Optional[Dict[str, Any]], concrete_args: Any, name: str,
+                tracer_class: Type[SpecTracer], policy: Policy, guards: bool, leaf_modules: Tuple[Any, ...],
+                trace_through: Tuple[Any, ...], autowrap_functions: Tuple[Callable[..., Any], ...],
+                autowrap_modules: Tuple[types.ModuleType, ...]) -> Tuple[torch.fx.GraphModule, SpecTracer, Any]:
+    """Drive the tracer over ``root``: the GraphModule, the tracer (its records) and the state keeper."""
     # Values are computed in batches (_deferred.py); if a batched op raises, the trace runs
     # again computing each value at once, which raises at the op's line as eager does.
     for defer in (True, False) if examples is not None else (False,):
@@ -149,20 +183,10 @@ def trace(
                 # (`_tensor_constant0`), which the GraphModule copies and the restore then removes.
                 tensor_defaults_as_inputs(graph)
                 gm = torch.fx.GraphModule(tracer.root, graph, name)
-            break
+            return gm, tracer, keeper
         except DeferredFailure:
             continue
-    _unbind_traced_assignments(gm, root, keeper.assigned)
-    _warn_changed(keeper.changed)
-    if guards and examples is not None:  # (without examples the graph is torch.fx's, node for node)
-        if concrete_args:
-            guard_concrete_args(gm)
-    retraceable(gm)  # before the records: a re-trace by any tracer reproduces this graph
-    attach(gm, [*_inherited_records(root), *tracer.specializations], policy)
-    _warn_degenerate(tracer.specializations)
-    if check_inputs is not None:
-        check(gm, root, check_inputs, check_tolerance, concrete_args)
-    return gm
+    raise AssertionError("unreachable: the last pass computes values at once and raises no DeferredFailure")
 
 
 def _unbind_traced_assignments(gm: torch.fx.GraphModule, root: Any, assigned: Sequence[str]) -> None:
@@ -272,6 +296,7 @@ def bind_examples(
     owner = f"{type(root).__name__}.forward" if isinstance(root, torch.nn.Module) else getattr(fn, "__qualname__", "fn")
     leading = (root,) if isinstance(root, torch.nn.Module) else ()
     shown = str(signature).replace("(self, ", "(").replace("(self)", "()")
+    refuse_positional_batch(example_inputs, list(signature.parameters.values())[len(leading):], owner)
     try:
         bound = signature.bind_partial(*leading, *positional, **dict(example_kwargs or {}))
         missing = [
@@ -310,11 +335,15 @@ def _warn_degenerate(specializations: Sequence[Specialization]) -> None:
     degenerate = [s for s in specializations if s.degenerate]
     if not degenerate:
         return
-    lines = list_decisions(degenerate, 5)
+    sites: Dict[str, Specialization] = {}
+    for record in degenerate:  # once per source line: an unrolled loop decides on one line many times
+        sites.setdefault(record.where, record)
+    lines = [f"  {r.guard_description} at {r.where}"
+             + (f" (from input {', '.join(r.depends_on)})" if r.depends_on else "") for r in list(sites.values())[:5]]
+    if len(sites) > 5:
+        lines.append(f"  ... and {len(sites) - 5} more source line(s)")
     warnings.warn(
-        f"{len(degenerate)} specialization(s) were decided on an empty container, a length of "
-        f"0 or 1 or a size-0/1 dimension; the example inputs may not be representative "
-        f"(the guards reject inputs that differ):\n{lines}\n"
+        f"{_messages.degenerate_decisions(len(degenerate), chr(10).join(lines))}\n"
         f"{docs_pointer(SpecializationWarning.docs_section)}",
         SpecializationWarning,
         stacklevel=3,
