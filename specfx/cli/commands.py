@@ -67,8 +67,8 @@ def _explain(args: argparse.Namespace) -> int:
         else:
             saved = read_specializations(args.file)
     except UnsafeFileError as error:
-        print(f"specfx explain: {error}.\nIf you trust the file, pass --unsafe-load (loading a pickled "
-              f"GraphModule runs the code stored in it).", file=sys.stderr)
+        print(f"specfx explain: {error}; if you trust the file, pass --unsafe-load (loading a pickled "
+              f"GraphModule runs the code stored in it)", file=sys.stderr)
         return 2
     except (OSError, RuntimeError, pickle.UnpicklingError, EOFError, ImportError, AttributeError) as error:
         print(f"specfx explain: cannot load {args.file}: {str(error).splitlines()[0]}", file=sys.stderr)
