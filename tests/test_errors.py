@@ -415,6 +415,13 @@ class TestFirstHourMistakes:
                             "holds)")
         assert isinstance(caught.value.__cause__, TypeError)
 
+    def test_list_of_two_positional_arguments(self):
+        """A list for a forward of two parameters does not fit: the message says a list is one argument."""
+        with pytest.raises(TypeError, match=r"missing a required argument: 'y'\. Pass example_inputs as a tuple .* "
+                                            r"\(the example is a list, which is one argument, as model\(example\) "
+                                            r"takes it: positional arguments go in a tuple\)$"):
+            specfx.trace(lambda x, y: x + y, [torch.ones(2), torch.ones(2)])
+
     def test_list_a_model_takes_is_traced(self):
         """A model whose forward takes a list traces with a list example."""
         gm = specfx.trace(lambda xs: xs[0] + xs[1], [torch.ones(2), torch.ones(2)])

@@ -405,6 +405,12 @@ def list_example_failed(error: BaseException, where: str, count: int, kinds: Seq
     )
 
 
+def list_is_one_argument() -> str:
+    """Said when a list example does not fit the signature."""
+    return (" (the example is a list, which is one argument, as model(example) takes it: positional arguments "
+            "go in a tuple)")
+
+
 def training_mode(model: str, modules: Sequence[Tuple[str, str]]) -> str:
     """A model traced in training mode, with modules (qualified name, class) for which the mode matters."""
     shown = ", ".join(f"{name} ({kind})" for name, kind in modules[:3]) + (", ..." if len(modules) > 3 else "")

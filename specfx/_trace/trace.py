@@ -310,6 +310,7 @@ def bind_examples(
     except TypeError as error:
         raise TypeError(
             f"the example inputs do not fit {owner}{shown}: {error}. {spelling().examples()}"
+            + (_messages.list_is_one_argument() if isinstance(example_inputs, list) else "")
         ) from None
     examples: Dict[str, Any] = {}
     parameters = list(signature.parameters.values())[len(leading):]
