@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, List
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads specfx._api
     from ._api import *  # noqa: F403
     from ._api import (
+        Coverage,
+        GuardCoverage,
         GuardError,
         GuardKind,
         Policy,
@@ -32,6 +34,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads specf
         Specializer,
         TraceCheckError,
         VariantLimitError,
+        coverage,
         explain,
         export,
         specializations,
@@ -45,6 +48,8 @@ __version__ = "0.2.0"
 # (and its pickles, since 0.1) reference them as `specfx.guard_*`; they are documented
 # in specfx.guards and are not API to call.
 __all__ = [
+    "Coverage",
+    "GuardCoverage",
     "GuardError",
     "GuardKind",
     "Policy",
@@ -57,6 +62,7 @@ __all__ = [
     "Specializer",
     "TraceCheckError",
     "VariantLimitError",
+    "coverage",
     "explain",
     "export",
     "specializations",

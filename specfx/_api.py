@@ -45,6 +45,7 @@ from ._graph.report import explain, specializations
 from ._policy.scope import specialize
 from ._specializer.specializer import Specializer
 from ._trace.trace import trace
+from ._trace.coverage import Coverage, GuardCoverage, coverage
 from ._capture.tracer import SpecTracer, autocast_enabled  # called by generated graph code
 from ._trace.options import check_concrete_arg, check_input_type, default_argument  # called by generated graph code
 from .errors import (
@@ -59,6 +60,8 @@ from .errors import (
 
 # every name above: `from ._api import *` in the package's TYPE_CHECKING block sees them all
 __all__ = [
+    "Coverage",
+    "GuardCoverage",
     "GuardError",
     "GuardKind",
     "Policy",
@@ -77,6 +80,7 @@ __all__ = [
     "call_method",
     "check_concrete_arg",
     "check_input_type",
+    "coverage",
     "default_argument",
     "explain",
     "export",
