@@ -58,6 +58,18 @@ class Broken(torch.nn.Module):
         return x.view(3, -1, 7)
 
 
+class Dropped(torch.nn.Module):
+    """A model with dropout: traced in training mode unless --eval."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.linear(x))
+
+
 def failing_factory():
     """A factory that raises while building the model."""
     raise ValueError("no such checkpoint: tiny.bin")
@@ -368,13 +380,31 @@ class TestCommandLineSpeaksCommandLine:
         runs, and only then: specfx changes no logging of the user's own programs."""
         import logging
 
-        from specfx.cli.trace_command import _quiet_import_noise
+        from specfx.cli.trace_command import quiet_import_noise
 
         noisy = logging.getLogger("torchao")
         with caplog.at_level(logging.WARNING):
-            with _quiet_import_noise():
+            with quiet_import_noise():
                 noisy.warning("Failed to load /x/_C_mxfp8.so: Could not load this library")
                 noisy.warning("a real warning")
             noisy.warning("Failed to load /x/_C_mxfp8.so: outside the command")
         assert [r.getMessage() for r in caplog.records] == [
             "a real warning", "Failed to load /x/_C_mxfp8.so: outside the command"]
+
+    def test_training_mode_says_eval(self, capsys):
+        """A factory's model in training mode: the warning is the command's own line and names --eval, which
+        traces in eval mode (no warning, dropout gone from the outputs)."""
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")  # as outside the suite (whose configuration ignores this warning)
+            assert main(["trace", "tests.test_cli:Dropped", "--input", "randn(2, 4)"]) == 0
+        err = capsys.readouterr().err
+        warning = [line for line in err.splitlines() if "training mode" in line]
+        assert len(warning) == 1 and warning[0].startswith(
+            "specfx trace: UserWarning: Dropped is traced in training mode, and 1 of its modules compute "
+            "differently in training (drop (Dropout))")
+        assert "for an inference graph, pass --eval (the model is put in eval mode before the trace)." in warning[0]
+        assert main(["trace", "tests.test_cli:Dropped", "--input", "randn(2, 4)", "--eval", "--check", "2"]) == 0
+        captured = capsys.readouterr()
+        assert "training mode" not in captured.err and "2 check input(s) agree with eager" in captured.err

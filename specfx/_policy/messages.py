@@ -418,7 +418,7 @@ def training_mode(model: str, modules: Sequence[Tuple[str, str]]) -> str:
         f"{model} is traced in training mode, and {len(modules)} of its modules compute differently in "
         f"training ({shown}), so the graph computes as training does (dropout drawn, batch "
         f"statistics used). Models start in training mode, models built from a config too: for an inference "
-        f"graph, call model.eval() before specfx.trace. The graph keeps the mode it was traced in wherever "
+        f"graph, {spelling().eval_mode()}. The graph keeps the mode it was traced in wherever "
         f"forward reads self.training (gm.eval() later switches only its leaf modules, such as nn.Dropout); "
         f"specfx.Specializer keeps one graph per mode."
     )

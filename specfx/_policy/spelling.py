@@ -36,6 +36,10 @@ class Spelling:
         """Keep a submodule out of the trace, called as a whole."""
         return "trace(..., leaf_modules=[...])"
 
+    def eval_mode(self) -> str:
+        """Trace the model in eval mode."""
+        return "call model.eval() before specfx.trace"
+
     def examples(self) -> str:
         """Where example inputs go."""
         return "Pass example_inputs as a tuple of positional arguments and example_kwargs as a dict"

@@ -63,7 +63,10 @@ def _explain(args: argparse.Namespace) -> int:
         if args.unsafe_load:
             import torch
 
-            saved: Any = torch.load(args.file, weights_only=False)
+            from .trace_command import quiet_import_noise
+
+            with quiet_import_noise():  # (unpickling imports the model's libraries)
+                saved: Any = torch.load(args.file, weights_only=False)
         else:
             saved = read_specializations(args.file)
     except UnsafeFileError as error:
@@ -120,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="keep a submodule out of the trace, called as a whole (repeatable): a qualified "
                        "name such as encoder.pooler, or a class such as torch.nn.MultiheadAttention or "
                        "mypkg.blocks:Attention")
+    trace.add_argument("--eval", action="store_true",
+                       help="put the model in eval mode before tracing (models built from a config start in "
+                       "training mode: dropout active, batch statistics)")
     trace.add_argument("--function", action="store_true", help="trace the callable itself, not what it returns")
     trace.add_argument("--check", type=int, default=0, metavar="N",
                        help="also run N random inputs of the same shapes through eager and traced")

@@ -18,6 +18,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .._policy.policy import Policy, parse_flags
@@ -25,7 +26,7 @@ from .._policy.spelling import Spelling, spelled
 from .calibration import BatchesError, calibration_set
 from .inputs import CheckedValue, UsageError, build, check_arguments as check_call, check_value
 
-__all__ = ["CommandLineSpelling", "check_arguments", "run"]
+__all__ = ["CommandLineSpelling", "check_arguments", "quiet_import_noise", "run"]
 
 
 class CommandLineSpelling(Spelling):
@@ -45,6 +46,9 @@ class CommandLineSpelling(Spelling):
 
     def leaf(self) -> str:
         return "--leaf QUALNAME"
+
+    def eval_mode(self) -> str:
+        return "pass --eval (the model is put in eval mode before the trace)"
 
     def examples(self) -> str:
         return "Give positional inputs with --input EXPR and keyword inputs with --kwarg NAME=EXPR"
@@ -126,7 +130,7 @@ class _DropNoise(logging.Filter):
 
 
 @contextlib.contextmanager
-def _quiet_import_noise() -> Iterator[None]:
+def quiet_import_noise() -> Iterator[None]:
     """Drop the known harmless log lines of third-party imports for this command only."""
     installed = []
     for name, starts in _IMPORT_NOISE:
@@ -299,9 +303,16 @@ def _check_entries(args: argparse.Namespace, model: Any, inputs: Tuple[Any, ...]
     return entries
 
 
+def _show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+                  line: Any = None) -> None:
+    """A warning raised while the command runs, said as the command's own line (not file:line: source)."""
+    print(f"specfx trace: {category.__name__}: {message}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``specfx trace`` on checked arguments (:func:`check_arguments`)."""
-    with _quiet_import_noise(), spelled(CommandLineSpelling(args.policy)):
+    with quiet_import_noise(), spelled(CommandLineSpelling(args.policy)), warnings.catch_warnings():
+        warnings.showwarning = _show_warning
         try:
             return _run(args)
         except UsageError:
@@ -329,6 +340,8 @@ def _run(args: argparse.Namespace) -> int:
     kwargs = {name: build(v) for name, v in args.checked_kwargs.items()}
     concrete = {name: build(v) for name, v in args.checked_concrete.items()}
     model = _load(args.model, args.function)
+    if args.eval and isinstance(model, torch.nn.Module):
+        model.eval()
     leaves = _leaves(model, args.leaf)
     checks = _check_entries(args, model, inputs, kwargs)
     policy = Policy(parse_flags(args.policy or ""),
