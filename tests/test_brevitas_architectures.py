@@ -192,3 +192,52 @@ def test_structured_inputs_retrace_under_brevitas():
     assert torch.equal(graph(example), f(example))
     with pytest.raises(GuardError, match="batch"):
         graph({"x": torch.randn(3), "bias": torch.tensor(2.0)})
+
+
+FAKE_TRACER_TESTS = '''
+import pytest
+import torch
+from brevitas.fx import brevitas_symbolic_trace, value_trace
+
+
+class Unpack(torch.nn.Module):
+    def forward(self, x):
+        b, c = x.size()
+        return x.view(b * c)
+
+
+@pytest.mark.parametrize("pretrained", [True, False])
+def test_value_tracer(pretrained):
+    graph = value_trace(Unpack(), value_args={"x": torch.randn(2, 3)})
+    assert graph.specializations  # a specfx graph
+    assert torch.equal(graph(torch.ones(2, 3)), torch.ones(6))
+
+
+def test_symbolic_tracer():
+    graph = brevitas_symbolic_trace(Unpack())
+    assert type(graph).__module__.startswith("torch.fx")
+    assert torch.equal(graph(torch.ones(2, 3)), torch.ones(6))
+
+
+def test_failing():
+    raise AssertionError("this one fails")
+'''
+
+
+def test_brevitas_tracer_tests_tool(tmp_path):
+    """tools.peers.brevitas_tracer_tests runs a copy's test_tracer.py with specfx for Brevitas'
+    tracers, leaves out the pretrained=True tests, counts, and writes nothing into the copy."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "tests" / "brevitas" / "fx"
+    folder.mkdir(parents=True)
+    (folder / "test_tracer.py").write_text(FAKE_TRACER_TESTS)
+    before = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*"))
+    run = subprocess.run([sys.executable, "-m", "tools.peers.brevitas_tracer_tests", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "specfx for value_trace and brevitas_symbolic_trace: 2/3 passed, 1 failed" in run.stdout
+    assert "test_failing: failed AssertionError: this one fails" in run.stdout
+    assert "test_value_tracer[True]" not in run.stdout
+    assert sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*")) == before
