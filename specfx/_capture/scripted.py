@@ -41,8 +41,12 @@ class ScriptedFunctions:
             return
         self._seen.add(id(namespace))
         for name, value in list(namespace.items()):
+            # the type first: a global of any class may answer an unknown attribute with an
+            # error other than AttributeError (Brevitas' injector classes raise DependencyError)
+            if not isinstance(value, torch.jit.ScriptFunction):
+                continue
             python = getattr(value, "_torchdynamo_inline", None)
-            if isinstance(value, torch.jit.ScriptFunction) and isinstance(python, types.FunctionType):
+            if isinstance(python, types.FunctionType):
                 _patches.patch(namespace, name, self._stand_in(value, python))
 
     def _stand_in(self, scripted: Any, python: types.FunctionType) -> Callable[..., Any]:
