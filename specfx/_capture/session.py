@@ -44,6 +44,9 @@ class TraceSession(Protocol):
     def get_fresh_qualname(self, prefix: str) -> str:
         """A root attribute name not taken yet (torch.fx's)."""
 
+    def forget_state_names(self) -> None:
+        """The root gained a module: name its parameters and buffers afresh."""
+
     def read_grad_mode(self, is_grad_enabled: Callable[[], bool]) -> bool:
         """Grad mode read by model code: answered and guarded."""
 

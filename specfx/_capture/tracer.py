@@ -45,6 +45,7 @@ from .deferred import DeferredValues
 from .demands import ValueDemands
 from .evaluation import StateView, Unevaluable, concrete_values, provenance, run_op, tensor_meta, tensor_metadata
 from .factories import check_generator, record_factories
+from .foreign import PARAMETER_NEW, ForeignModules, parameter_made_in_forward
 from .held import reading_held_tensors
 from .._policy.policy import Layer, Policy, Specialize
 from .roots import (default_to_concrete_values, definition_line, optional_parameters,
@@ -181,6 +182,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._concrete_names: frozenset = frozenset()
         self._codegen: Optional[StructuredCodeGen] = None  # inputs/outputs as pytrees (_structure.py)
         self._scripted = ScriptedFunctions(self._is_tracing)
+        self._foreign = ForeignModules(self)  # modules the root does not own, named when called
         self._output: Any = None
         self._trace_frame: Optional[types.FrameType] = None
         # (the frame of the innermost module call being traced, the except clauses above it (read
@@ -223,6 +225,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                     _patches.confine_fx_tracing_flag()
                     if self.examples is not None:
                         _ambient.install(self)
+                        self._foreign.watch()
                     record_factories(self)
                     # @torch.jit.script helpers and transformers' vmapped masks, for the tracing code
                     self._scripted.cover(type(root).forward if isinstance(root, torch.nn.Module) else root)
@@ -361,6 +364,24 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         if proxy is None:
             proxy = parameter_proxy_cache[name] = self.create_proxy("get_attr", name, (), {})
         return proxy
+
+    def path_of_module(self, mod: torch.nn.Module) -> str:
+        """Called for each module call: its qualified name in the root. With examples a module
+        the root does not own (built in forward, module-level) gets a generated one (foreign.py)."""
+        try:
+            return super().path_of_module(mod)
+        except NameError:
+            if self.examples is None or not self._is_tracing():
+                raise  # (without examples, torch.fx's answer)
+            name = self._foreign.name(mod)
+            if self.submodule_paths is not None:
+                self.submodule_paths[mod] = name
+            return name
+
+    def forget_state_names(self) -> None:
+        """The root gained a module: name its parameters and buffers afresh."""
+        self._state_names = None
+        self._module_names = None
 
     def state_name(self, tensor: torch.Tensor) -> Optional[str]:
         """The qualified name of ``tensor`` among the root's parameters and buffers, if it is one."""
@@ -666,6 +687,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             value = getattr(value, attribute, None)
         if not isinstance(value, Proxy):
             return
+        if code is PARAMETER_NEW:  # a layer built in forward: its weights are made on every call
+            self.refuse(parameter_made_in_forward())
         location = SourceLocation(code.co_filename, check.line, code.co_name)
         if check.kind == "type":
             self.refuse(_messages.type_of_traced_value(".".join(check.argument), value_of(value), location))

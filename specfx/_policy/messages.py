@@ -15,7 +15,7 @@ from .spelling import spelling
 from .._frames.source import SourceLocation
 from ..errors import SpecializationError, compatible_error_class
 
-__all__ = ["caught_error", "caught_error_failure", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "denied_error", "describe_identity", "entry_structure_failure", "exported_guard_failure", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "meta_error", "no_value_error", "refused_inside_code", "short_repr", "short_text", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
+__all__ = ["caught_error", "caught_error_failure", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "denied_error", "describe_identity", "entry_structure_failure", "exported_guard_failure", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "meta_error", "module_made_in_forward", "no_value_error", "parameter_made_in_forward", "refused_inside_code", "short_repr", "short_text", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
 
 # What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
 # code matching on FX's messages keeps working when specfx runs without examples.
@@ -291,6 +291,31 @@ def generator_in_forward(location: Optional[SourceLocation]) -> str:
         "call, the graph would keep this one and continue its draws from call to call.\n"
         "Fix: make the generator once, outside forward (`self.generator = torch.Generator().manual_seed(0)` "
         f"in __init__), or pass it to forward as an argument.{where}"
+    )
+
+
+def module_made_in_forward(class_name: str, holder: str, location: Optional[SourceLocation]) -> str:
+    """A module built inside ``forward`` whose parameters or buffers are made on every call."""
+    where = f"\n  at {location.describe()}" if location else ""
+    inner = "" if holder == class_name else f" (its {holder})"
+    return (
+        f"{class_name}(...) is built inside the traced code and called: its parameters or buffers{inner} are "
+        "made anew on every eager call (randomly initialized, for most layers), which a graph that keeps the "
+        "trace's copy would not reproduce.\n"
+        f"Fix: build it once in __init__ (`self.layer = {class_name}(...)`) so that it is a submodule whose "
+        f"weights the graph reads, or use the functional form (torch.nn.functional) with weights the model owns.{where}"
+    )
+
+
+def parameter_made_in_forward(location: Optional[SourceLocation]) -> str:
+    """``nn.Parameter(...)`` made inside ``forward`` (a layer built there: ``nn.Linear(4, 3)(x)``)."""
+    where = f"\n  at {location.describe()}" if location else ""
+    return (
+        "a parameter (torch.nn.Parameter) is made inside the traced code, e.g. by a layer built in forward "
+        "(`nn.Linear(4, 3)(x)`): eager makes new, randomly initialized weights on every call, which a graph "
+        "that keeps the trace's copy would not reproduce.\n"
+        "Fix: build the layer once in __init__ (`self.layer = nn.Linear(4, 3)`) so that it is a submodule whose "
+        f"weights the graph reads, or use the functional form (torch.nn.functional) with weights the model owns.{where}"
     )
 
 
