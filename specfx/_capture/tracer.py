@@ -44,6 +44,7 @@ from .._graph.specialization import Specialization
 from .deferred import DeferredValues
 from .demands import ValueDemands
 from .evaluation import StateView, Unevaluable, concrete_values, provenance, run_op, tensor_meta, tensor_metadata
+from .constants import GraphConstants, needs_attribute
 from .factories import check_generator, record_factories
 from .foreign import PARAMETER_NEW, ForeignModules, parameter_made_in_forward
 from .held import reading_held_tensors
@@ -182,6 +183,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._concrete_names: frozenset = frozenset()
         self._codegen: Optional[StructuredCodeGen] = None  # inputs/outputs as pytrees (_structure.py)
         self._scripted = ScriptedFunctions(self._is_tracing)
+        self._constants = GraphConstants(self)  # values the generated code reads from attributes
         self._foreign = ForeignModules(self)  # modules the root does not own, named when called
         self._output: Any = None
         self._trace_frame: Optional[types.FrameType] = None
@@ -402,6 +404,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             return a
         if type(a) is torch.Generator:
             check_generator(self, a)
+        if needs_attribute(a):  # numpy values: no repr() the generated code could run
+            return self._constants.node(a)
         if type(a) in (tuple, list, dict):
             # a node's args tuple and kwargs dict: torch.fx's Tracer.create_arg would first check
             # them against Parameter, Tensor, Module, namedtuple, constant and opaque types
