@@ -382,3 +382,51 @@ class TestOptionsAndStats:
         assert torch.equal(spec(torch.ones(2), True), torch.full((2,), 2.0))
         assert torch.equal(spec(torch.ones(2), False), torch.zeros(2))
         assert len(spec.variants) == 2
+
+
+class Branchy(torch.nn.Module):
+    """Two paths on the sign of the input's sum (module-level: pickles name its class)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = self.linear(x)
+        return y * 2 if x.sum() > 0 else y - 1
+
+
+class TestPickling:
+    """A Specializer pickles and reloads with its variants, like a GraphModule."""
+
+    def _model(self):
+        return Branchy()
+
+    def test_reloaded_specializer_keeps_its_variants_and_matches_eager(self):
+        import pickle
+
+        model = self._model()
+        spec = specfx.Specializer(model, specfx.Policy(bool=True))
+        positive, negative = torch.ones(2, 3), -torch.ones(2, 3)
+        spec(positive), spec(negative)
+        loaded = pickle.loads(pickle.dumps(spec))
+        assert len(loaded.variants) == 2
+        traced = loaded.stats.retraces
+        for x in (positive, negative, torch.randn(4, 3)):
+            torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+        assert loaded.stats.retraces == traced  # both branches answered by the reloaded variants
+        # the reloaded wrapper shares its (reloaded) model's parameters, as the original does
+        assert loaded.linear.weight is loaded.model.linear.weight
+        with torch.no_grad():
+            loaded.model.linear.weight.mul_(3)
+        torch.testing.assert_close(loaded(positive), loaded.model(positive), rtol=0, atol=0)
+
+    def test_reloaded_specializer_traces_new_variants_and_is_thread_safe_again(self):
+        import pickle
+
+        spec = specfx.Specializer(self._model(), specfx.Policy(bool=True))
+        spec(torch.ones(2, 3))
+        loaded = pickle.loads(pickle.dumps(spec))
+        loaded(-torch.ones(2, 3))
+        assert len(loaded.variants) == 2 and loaded.stats.retraces == 2
+        assert len(spec.variants) == 1  # the original is unchanged

@@ -366,5 +366,24 @@ class Specializer(torch.nn.Module):
                 lines.append(f"  {kind} at {where} ({source}): {shown}")
         return "\n".join(lines)
 
+    def __getstate__(self) -> Dict[str, Any]:
+        """Pickled like a GraphModule: the model, the options and each variant's graph, key and
+        inputs (the lock and the variants' compiled prologues are rebuilt on load)."""
+        state = dict(self.__dict__)
+        del state["_lock"]
+        position = {id(variant): index for index, variant in enumerate(self._all)}
+        state["_by_key"] = {key: [position[id(variant)] for variant in variants] for key, variants in self._by_key.items()}
+        state["_all"] = [(variant.graph, variant.key, variant.inputs) for variant in self._all]
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        saved = state.pop("_all")
+        by_key = state.pop("_by_key")
+        self.__dict__.update(state)
+        object.__setattr__(self, "_lock", threading.Lock())
+        # each variant reads the reloaded model's live state, as when it was traced
+        self._all = [Variant(graph, key, inputs, self._model) for graph, key, inputs in saved]
+        self._by_key = {key: tuple(self._all[i] for i in indices) for key, indices in by_key.items()}
+
     def __repr__(self) -> str:
         return f"Specializer({self._model!r}, {self.policy!r}, variants={len(self._all)})"
