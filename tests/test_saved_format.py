@@ -105,7 +105,7 @@ def _kinds_of_graphs():
     autocast = specfx.trace(Autocast(), (x,), policy=Policy(bool=True))
     sliced = specfx.trace(Sliced(), (x,), policy=Policy(shapes=True))
     return {"plain": plain, "structured": structured, "retraced": retraced, "concrete_args": concrete,
-            "tensor default": defaults, "autocast": autocast, "buffer slice": sliced,
+            "tensor default": defaults, "autocast": autocast, "buffer slice": sliced, "specializer": spec,
             **{f"variant{i}": gm for i, gm in enumerate(spec.variants)}}
 
 

@@ -387,3 +387,6 @@ class Specializer(torch.nn.Module):
 
     def __repr__(self) -> str:
         return f"Specializer({self._model!r}, {self.policy!r}, variants={len(self._all)})"
+
+
+Specializer.__module__ = "specfx"  # a pickled Specializer names its class by the public path
