@@ -40,6 +40,7 @@ from ._graph.records import keep_records, rebuild_graph_module  # named by pickl
 from ._frames.source import SourceLocation  # named by pickles of records
 from ._graph.retrace import call_function, call_method, getitem  # called by generated graph code
 from ._graph.caught import raise_caught  # called by generated graph code
+from ._graph.python_random import python_random  # called by generated graph code
 from ._frames.caught import rebuild_caught  # named by pickles of marked graphs
 from ._graph.report import explain, specializations
 from ._policy.scope import specialize
@@ -109,6 +110,7 @@ __all__ = [
     "guard_value",
     "guards",
     "keep_records",
+    "python_random",
     "raise_caught",
     "rebuild_caught",
     "rebuild_graph_module",

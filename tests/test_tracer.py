@@ -679,3 +679,37 @@ class TestFramesTakenAtTheEntry:
         assert [str(s.kind) for s in gm.specializations] == ["grad_enabled"]
         with torch.no_grad(), pytest.raises(GuardError, match="is_grad_enabled"):
             gm(torch.ones(2))
+
+
+class TestAsTensorOfTracedValues:
+    """``torch.as_tensor``/``torch.asarray`` of a traced tensor: torch reads its argument
+    through the DLPack protocol before ``__torch_function__``; the call is a node."""
+
+    @pytest.mark.parametrize("convert", [
+        lambda x: torch.as_tensor(x, device=x.device),
+        lambda x: torch.as_tensor(x, dtype=torch.float64),
+        lambda x: torch.as_tensor(x),
+        lambda x: torch.asarray(x, device=x.device),
+        lambda x: torch.as_tensor([x.shape[0], 2]),
+    ], ids=["device", "dtype", "plain", "asarray", "traced sizes in a list"])
+    def test_matches_eager_on_another_shape(self, convert):
+        def f(x):
+            return convert(x) * 2
+
+        gm = specfx.trace(f, torch.randn(3))
+        for x in (torch.randn(3), torch.randn(5)):
+            expected = f(x)
+            got = gm(x)
+            assert got.dtype == expected.dtype
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+    def test_aliasing_is_eagers(self):
+        """as_tensor of a tensor of the same dtype and device is that tensor, in the graph too."""
+        def f(x):
+            y = torch.as_tensor(x, device=x.device)
+            y.add_(1)
+            return y
+
+        gm = specfx.trace(f, torch.zeros(2))
+        x = torch.zeros(2)
+        assert gm(x) is not None and torch.equal(x, torch.ones(2))

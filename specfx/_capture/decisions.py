@@ -24,7 +24,9 @@ from .._frames.source import SourceLocation, user_location
 from .values import ValueProxy, state_of, value_of
 from .._graph.specialization import Specialization
 from ..guards import GUARDS, GuardKind
+from .python_draws import PythonDraws
 from .session import TraceSession
+from ..errors import SpecializationError
 
 
 __all__ = ["Decider", "Decision"]
@@ -78,6 +80,7 @@ class Decider:
         self._decided: Set[Tuple[Hashable, ...]] = set()
         self.describe = Describer()
         self.specializations: List[Specialization] = []
+        self.draws = PythonDraws()  # the trace's draws from Python's random (python_draws.py)
 
     def decided(self, key: Tuple[Hashable, ...], subject: ValueProxy) -> bool:
         """Whether a decision with this key (see :class:`Decision`) on ``subject`` in its
@@ -89,6 +92,11 @@ class Decider:
         location = decision.location or user_location()
         granted = decision.flag is Specialize.NONE or decision.flag in resolved.flags
         subject = decision.subject
+        draw = self.draws.draw_behind(subject.node) if self.draws.any else None
+        if draw is not None:  # whatever the policy: the graph's next draw may take the other path
+            self._tracer.refuse(SpecializationError(
+                _messages.python_draw_decides(f"random.{draw.args[0]}()", decision.expression, location),
+                operation=decision.operation, location=str(location) if location else None))
         if not granted and not decision.by_parameters:
             self._tracer.refuse(_messages.denied_error(
                 decision.operation, decision.flag, decision.value, location, resolved, module_path,

@@ -5,7 +5,8 @@ torch.fx bakes a tensor that model code makes from Python values (``torch.zeros(
 constant: the same noise on every call, a buffer that accumulates across calls, an
 output object that the next call overwrites. And a size that is a traced value
 (``torch.ones(x.shape[1] * 2, 3)``, ``torch.tensor(q.size(-1))``) makes torch's
-argument parser raise before ``__torch_function__`` can see the proxy.
+argument parser raise before ``__torch_function__`` can see the proxy; ``torch.as_tensor(t)``
+of a traced tensor reads the proxy as a DLPack capsule before that.
 
 So while specfx traces with example inputs, the factory functions of ``torch``
 (patched through :mod:`specfx._capture.patches`, for the tracing context only) record a
@@ -37,7 +38,7 @@ __all__ = ["FACTORIES", "check_generator", "record_factories"]
 
 FACTORIES = (
     "arange", "empty", "eye", "full", "linspace", "logspace", "ones", "rand", "randint", "randn",
-    "randperm", "range", "scalar_tensor", "tensor", "zeros", "empty_like", "full_like", "ones_like",
+    "randperm", "range", "scalar_tensor", "tensor", "as_tensor", "asarray", "zeros", "empty_like", "full_like", "ones_like",
     "rand_like", "randint_like", "randn_like", "zeros_like", "bernoulli", "multinomial", "normal", "poisson",
 )
 

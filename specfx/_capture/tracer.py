@@ -48,6 +48,7 @@ from .constants import GraphConstants, needs_attribute
 from .factories import check_generator, record_factories
 from .foreign import PARAMETER_NEW, ForeignModules, parameter_made_in_forward
 from .held import reading_held_tensors
+from .python_draws import install as install_python_draws
 from .._policy.policy import Layer, Policy, Specialize
 from .roots import (default_to_concrete_values, definition_line, optional_parameters,
                      put_varargs_before_keyword_only, with_root_hooks)
@@ -228,6 +229,9 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                     if self.examples is not None:
                         _ambient.install(self)
                         self._foreign.watch()
+                    # (after ambient's refusals; without examples too: re-tracing generated code,
+                    # as unpickling does, must record the graph's draws again)
+                    install_python_draws(self, self.decisions.draws)
                     record_factories(self)
                     # @torch.jit.script helpers and transformers' vmapped masks, for the tracing code
                     self._scripted.cover(type(root).forward if isinstance(root, torch.nn.Module) else root)

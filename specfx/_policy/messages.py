@@ -15,7 +15,7 @@ from .spelling import spelling
 from .._frames.source import SourceLocation
 from ..errors import SpecializationError, compatible_error_class
 
-__all__ = ["caught_error", "caught_error_failure", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "denied_error", "describe_identity", "entry_structure_failure", "exported_guard_failure", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "meta_error", "module_made_in_forward", "no_value_error", "parameter_made_in_forward", "refused_inside_code", "short_repr", "short_text", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
+__all__ = ["caught_error", "caught_error_failure", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "denied_error", "describe_identity", "entry_structure_failure", "exported_guard_failure", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "meta_error", "module_made_in_forward", "no_value_error", "parameter_made_in_forward", "python_draw_decides", "refused_inside_code", "short_repr", "short_text", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
 
 # What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
 # code matching on FX's messages keeps working when specfx runs without examples.
@@ -304,6 +304,17 @@ def module_made_in_forward(class_name: str, holder: str, location: Optional[Sour
         "trace's copy would not reproduce.\n"
         f"Fix: build it once in __init__ (`self.layer = {class_name}(...)`) so that it is a submodule whose "
         f"weights the graph reads, or use the functional form (torch.nn.functional) with weights the model owns.{where}"
+    )
+
+
+def python_draw_decides(draw: str, expression: str, location: Optional[SourceLocation]) -> str:
+    """A decision taken on a value drawn from Python's ``random`` in the traced code."""
+    where = f"\n  at {location.describe()}" if location else ""
+    return (
+        f"`{expression}` decides on a value drawn by {draw} inside the traced code: the graph draws anew "
+        "on every call, but the path taken here would follow this one draw.\n"
+        "Fix: keep the draw's use in tensor ops (`torch.where(torch.rand(()) < p, a, b)`), or draw outside "
+        f"forward and pass the value in as an argument.{where}"
     )
 
 
