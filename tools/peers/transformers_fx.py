@@ -56,6 +56,11 @@ MODES = ("eager", "graph", "specializer", "hf")
 TESTS = ("test_torch_fx", "test_torch_fx_output_loss")
 
 
+# transformers' tracer fixes every shape, flag and branch of the traced call without a check;
+# specfx is given the same freedom, each answer guarded (--policy narrows it)
+POLICY: Any = specfx.Specialize.ALL
+
+
 class TracedOnFirstCall:
     """``symbolic_trace(model, input_names)`` for specfx: the trace needs values, and the
     tests call the traced model right away, so the first call's inputs are the examples.
@@ -69,7 +74,7 @@ class TracedOnFirstCall:
     def __call__(self, **kwargs: Any) -> Any:
         if self.graph is None:
             self.graph = specfx.trace(self.model, example_kwargs={k: v for k, v in kwargs.items()
-                                                                  if k in self.input_names})
+                                                                  if k in self.input_names}, policy=POLICY)
         return self.graph(**kwargs)
 
     def __reduce__(self) -> Any:
@@ -82,7 +87,7 @@ def _tracer_for(mode: str) -> Callable[..., Any]:
     if mode == "graph":
         return TracedOnFirstCall
     if mode == "specializer":
-        return lambda model, input_names=None, **_: specfx.Specializer(model)
+        return lambda model, input_names=None, **_: specfx.Specializer(model, POLICY)
     if mode == "eager":
         return lambda model, input_names=None, **_: model
     from transformers.utils import fx as hf_fx
@@ -279,12 +284,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--models", help="comma-separated model folders (tests/models/NAME) to run")
     parser.add_argument("--limit", type=int, help="at most this many test classes per set")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per test and mode (default 300)")
+    parser.add_argument("--policy", default="all",
+                        help="specfx's policy: 'all' flags (default, each answer guarded) or e.g. 'bool,iter'")
     parser.add_argument("-v", "--verbose", action="store_true", help="every outcome and full tracebacks")
     args = parser.parse_args(argv)
     modes = list(dict.fromkeys(args.modes))
     if "forced" in args.sets and "eager" not in modes:
         modes.insert(0, "eager")  # the runnable tests of the forced set are those eager passes
     models = args.models.split(",") if args.models else None
+    global POLICY
+    POLICY = specfx.Specialize.ALL if args.policy == "all" else args.policy
     try:
         run(args.tree, args.sets, modes, models, args.timeout, args.limit, args.verbose)
     except KeyboardInterrupt:
