@@ -766,13 +766,12 @@ class TestRandomness:  # class 10
         assert outcomes == {"equal", "guard"}
 
     @pytest.mark.parametrize("draw", [
-        "random.random()", "random.uniform(0, 1)", "random.randint(0, 3)", "random.gauss(0, 1)",
         "random.choice([1, 2])", "numpy.random.rand()", "numpy.random.randn()", "numpy.random.randint(0, 3)",
         "numpy.random.normal()", "numpy.random.uniform()",
     ])
-    def test_python_and_numpy_draws_are_refused(self, draw):
-        """Python's and numpy's random draws in forward are refused (the graph would freeze the
-        number drawn), naming the call, and neither generator is advanced."""
+    def test_numpy_draws_and_python_picks_are_refused(self, draw):
+        """numpy's random draws and Python's picks from a sequence in forward are refused (the
+        graph would freeze the number drawn), naming the call, and neither generator is advanced."""
         numpy = pytest.importorskip("numpy")
         namespace = {"random": random, "numpy": numpy}
         exec(f"def f(x):\n    return x * {draw}\n", namespace)
@@ -783,6 +782,22 @@ class TestRandomness:  # class 10
         assert random.getstate() == python_state
         after = numpy.random.get_state()
         assert after[0] == numpy_state[0] and (after[1] == numpy_state[1]).all() and after[2:] == numpy_state[2:]
+
+    @pytest.mark.parametrize("draw", ["random.random()", "random.uniform(0, 1)", "random.randint(0, 3)",
+                                      "random.gauss(0, 1)"])
+    def test_python_number_draws_are_drawn_by_the_graph(self, draw):
+        """A number drawn from Python's random is drawn again by the graph at every call: equal
+        to eager from the same generator state, which both advance alike; tracing advances none."""
+        namespace = {"random": random}
+        exec(f"def f(x):\n    return x * {draw}\n", namespace)
+        state = random.getstate()
+        gm = specfx.trace(namespace["f"], torch.ones(2))
+        assert random.getstate() == state
+        random.seed(3)
+        graph_out, after_graph = gm(torch.ones(2)), random.getstate()
+        random.seed(3)
+        eager_out, after_eager = namespace["f"](torch.ones(2)), random.getstate()
+        assert torch.equal(graph_out, eager_out) and after_graph == after_eager
 
 
 class TestPolicyExactly:  # class 11

@@ -95,23 +95,24 @@ def _tracer_for(mode: str) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def _substituted(modules: Sequence[Any], mode: str) -> Iterator[None]:
-    """``symbolic_trace`` replaced in transformers.utils.fx and in every test module that
-    imported it by name, for the duration of one mode's run."""
+def _substituted(mode: str) -> Iterator[None]:
+    """``symbolic_trace`` replaced in transformers.utils.fx and in every module that imported
+    it by name (the test mixins, the T5 family's tests), for the duration of one mode's run."""
     from transformers.utils import fx as hf_fx
     if mode == "hf":
         yield
         return
+    original = hf_fx.symbolic_trace
     replacement = _tracer_for(mode)
-    owners = [m for m in (hf_fx, *modules) if "symbolic_trace" in vars(m)]
-    saved = [(m, vars(m)["symbolic_trace"]) for m in owners]
+    owners = [m for m in list(sys.modules.values())
+              if getattr(m, "__dict__", None) is not None and m.__dict__.get("symbolic_trace") is original]
     try:
         for owner in owners:
-            setattr(owner, "symbolic_trace", replacement)
+            owner.symbolic_trace = replacement
         yield
     finally:
-        for owner, value in saved:
-            setattr(owner, "symbolic_trace", value)
+        for owner in owners:
+            owner.symbolic_trace = original
 
 
 class _Timeout(Exception):
@@ -155,11 +156,15 @@ def _run_one(case: type, name: str, timeout: int) -> Outcome:
 
 
 def _first_error_line(formatted: str) -> str:
-    """The exception line of a formatted traceback (the last 'Name: message' line of the
-    innermost exception), shortened; AssertionErrors keep the test's own message."""
-    lines = [line for line in formatted.rstrip().splitlines() if line and not line.startswith(" ")]
-    last = lines[-1] if lines else formatted.strip().splitlines()[-1]
-    return last[:200]
+    """The first line of the exception a formatted traceback ends with (the line after its
+    innermost frame's source lines), shortened."""
+    lines = formatted.rstrip().splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    start = frames[-1] + 1 if frames else 0
+    for line in lines[start:]:
+        if line and not line.startswith(" "):
+            return line[:200]
+    return (lines[-1] if lines else "")[:200]
 
 
 def discover(tree: str, models: Optional[Sequence[str]]) -> Tuple[List[Tuple[str, type]], List[str], List[Any]]:
@@ -176,7 +181,7 @@ def discover(tree: str, models: Optional[Sequence[str]]) -> Tuple[List[Tuple[str
     broken: List[str] = []
     modules: List[Any] = []
     for model in sorted(os.listdir(folder)):
-        if models and model not in models:
+        if (models and model not in models) or not os.path.isdir(os.path.join(folder, model)):
             continue
         for filename in sorted(os.listdir(os.path.join(folder, model))):
             if not (filename.startswith("test_modeling_") and filename.endswith(".py")):
@@ -218,7 +223,7 @@ def run(tree: str, sets: Sequence[str], modes: Sequence[str], models: Optional[S
             cases = cases[:limit]
         per_mode: Dict[str, Dict[str, Outcome]] = {mode: {} for mode in modes}
         started = time.time()
-        for model, case in cases:
+        for _model, case in cases:
             forced_before = case.fx_compatible
             case.fx_compatible = True
             try:
@@ -228,7 +233,7 @@ def run(tree: str, sets: Sequence[str], modes: Sequence[str], models: Optional[S
                         if chosen == "forced" and mode != "eager" and "eager" in modes \
                                 and per_mode["eager"][key].status != "pass":
                             continue  # not runnable: the harness fails with the model itself
-                        with _substituted(modules, mode):
+                        with _substituted(mode):
                             outcome = _run_one(case, name, timeout)
                         per_mode[mode][key] = outcome
                         if verbose:
