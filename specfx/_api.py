@@ -38,7 +38,7 @@ from ._policy.policy import Policy, Specialize
 from ._graph.structure import flatten_inputs, rebuild_outputs  # called by generated graph code
 from ._graph.records import keep_records, rebuild_graph_module  # named by pickles of traced graphs
 from ._frames.source import SourceLocation  # named by pickles of records
-from ._graph.retrace import call_function, call_method, getitem  # called by generated graph code
+from ._graph.retrace import call_function, call_method, getitem, grad_enabled  # called by generated graph code
 from ._graph.caught import raise_caught  # called by generated graph code
 from ._graph.python_random import python_random  # called by generated graph code
 from ._frames.caught import rebuild_caught  # named by pickles of marked graphs
@@ -87,6 +87,7 @@ __all__ = [
     "export",
     "flatten_inputs",
     "getitem",
+    "grad_enabled",
     "guard_device",
     "guard_dtype",
     "guard_float",

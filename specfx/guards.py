@@ -113,7 +113,8 @@ def _is_foreign_proxy(value: Any) -> bool:
     a graph with such a tracer must record the guard, not run it on the proxy. The
     first time a copy is seen, the guards join its side-effectful functions as they
     joined torch.fx's, so that copy's dead-code elimination keeps them too."""
-    if isinstance(value, torch.Tensor):  # the common case at run time: one cheap check
+    # values at run time: one cheap check (a dict's __dict__ is not even readable under torch.compile)
+    if isinstance(value, (torch.Tensor, dict, list, tuple)):
         return False
     state = getattr(value, "__dict__", None)  # not getattr(value, "tracer"): proxies record attribute reads
     # (an attribute read, `x.shape`, is an Attribute proxy whose node is made when first used: `_node`)

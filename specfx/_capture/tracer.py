@@ -40,6 +40,7 @@ from .._policy import messages as _messages
 from . import patches as _patches
 from .._frames.bytecode import TypeCheck, type_checks
 from .decisions import Decider, Decision
+from .._graph.retrace import anchor_tracer, grad_enabled
 from .._graph.specialization import Specialization
 from .deferred import DeferredValues
 from .demands import ValueDemands
@@ -81,13 +82,17 @@ _ACTIVE_TRACER: contextvars.ContextVar[Optional["SpecTracer"]] = contextvars.Con
 )
 
 
-def autocast_enabled(device_type: str) -> bool:
+def autocast_enabled(device_type: str, anchor: Any = None) -> bool:
     """``torch.is_autocast_enabled(device_type)`` as a specfx graph reads it for its autocast
-    guard. Called while a specfx tracer re-traces the graph (unpickling, ``specfx.trace(gm)``),
-    it records itself, so the guard is handed a proxy and stays in the graph instead of
-    running once on the re-trace's own answer."""
+    guard. ``anchor`` is the graph's first input and is not read: re-traced by any tracer it is
+    that tracer's proxy, and the call records itself (as :func:`specfx.grad_enabled` does), so
+    the guard is handed a proxy and stays in the graph instead of running once on the
+    re-trace's own answer. (Graphs saved without an anchor record it on a specfx re-trace.)"""
+    tracer = anchor_tracer(anchor)
+    if tracer is not None:
+        return cast(bool, tracer.create_proxy("call_function", autocast_enabled, (device_type, anchor), {}))
     tracer = _ACTIVE_TRACER.get()
-    if tracer is not None and tracer._is_tracing():
+    if anchor is None and tracer is not None and tracer._is_tracing():
         return cast(bool, tracer.create_proxy("call_function", autocast_enabled, (device_type,), {}))
     return torch.is_autocast_enabled(device_type)
 
@@ -714,9 +719,18 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
 
     # -- ambient reads (torch.is_grad_enabled(), torch.is_autocast_enabled()) --
 
+    def _ambient(self, read: Callable[..., bool], *args: Any) -> ValueProxy:
+        """A node of ``read(*args)`` whose last argument is the graph's first input, its anchor:
+        a re-trace by any tracer records the read again (see ``specfx.grad_enabled``)."""
+        proxy = self._call(read, *args)
+        anchor = next(iter(self.graph.find_nodes(op="placeholder")), None)
+        if anchor is not None:
+            proxy.node.args = (*args, anchor)
+        return proxy
+
     def read_grad_mode(self, is_grad_enabled: Callable[[], bool]) -> bool:
         """Called for ``torch.is_grad_enabled()`` in traced code: a node, and a guarded answer."""
-        proxy = self._call(is_grad_enabled)
+        proxy = self._ambient(grad_enabled)
         mode = bool(value_of(proxy))
         self.decide(Decision(proxy, GuardKind.GRAD_ENABLED, Specialize.NONE, mode, (mode,),
                              "torch.is_grad_enabled()", "`torch.is_grad_enabled()`"))
@@ -726,7 +740,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         """Called for ``torch.is_autocast_enabled(device_type)`` in traced code (``assumed`` None:
         the answer is the trace's, guarded) and when traced code turns autocast off
         (``assumed`` False: the graph is only valid where autocast is off)."""
-        proxy = self._call(autocast_enabled, device_type)
+        proxy = self._ambient(autocast_enabled, device_type)
         enabled = bool(value_of(proxy)) if assumed is None else assumed
         operation = "`torch.is_autocast_enabled()`" if assumed is None else "`torch.autocast(enabled=False)`"
         self.decide(Decision(proxy, GuardKind.VALUE, Specialize.NONE, enabled, (enabled,),

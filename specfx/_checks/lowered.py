@@ -32,12 +32,15 @@ from .._policy.messages import describe_identity, exported_guard_failure
 from ..errors import GuardError
 from .kinds import GuardKind, fingerprint, same_value, type_name
 
-__all__ = ["LOWERINGS"]
+__all__ = ["LOWERINGS", "one_line"]
 
 
-def _one_line(message: str) -> str:
+def one_line(message: str) -> str:
     """The message as Inductor can embed it in a C++ string literal (it escapes nothing)."""
     return message.replace("\\", "/").replace('"', "'").replace("\n", " ")
+
+
+_one_line = one_line
 
 
 def _is_symbolic(value: Any) -> bool:
@@ -216,8 +219,11 @@ def _check_index(value: Any, expected: int, what: str, where: str) -> None:
 
 
 def _check_type(value: Any, expected: str, what: str, where: str) -> None:
-    # under export and compile a tensor is a FakeTensor / functional tensor: it still is a Tensor
-    if isinstance(value, torch.Tensor) and expected in ("torch.Tensor", type_name(value)):
+    # dynamo knows (and guards) the Python type of a tensor input: an nn.Parameter or a subclass
+    # recompiles, and this fails while compiling. Under export a tensor is a FakeTensor / functional
+    # tensor, whose type says nothing: integrations/export.py asks the type per call (specfx::check).
+    if (isinstance(value, torch.Tensor) and not torch.compiler.is_dynamo_compiling()
+            and expected in ("torch.Tensor", type_name(value))):
         return
     _static(type_name(value), expected, f"type({what})", where)
 

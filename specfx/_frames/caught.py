@@ -210,12 +210,19 @@ def restore(graph: torch.fx.Graph, root: Any) -> None:
 # -- the generated code ------------------------------------------------------------------------
 
 
+# Under torch.compile, the frame of a forward with marked ops runs eagerly: dynamo would stop at an
+# op that fails for an input with its own error (a failed fake-tensor call) and never reach the
+# handler. skip_frame must be called in that frame itself; outside dynamo it does nothing.
+_EAGER_UNDER_COMPILE = 'torch._dynamo.skip_frame("specfx: ops traced inside try blocks run eagerly")\n'
+
+
 def protect_body(body: List[str]) -> List[str]:
     """torch.fx's body transformer: forward's body (after the entry check) inside one ``try``
-    whose handler hands the exception to :func:`raise_caught` and re-raises it otherwise."""
+    whose handler hands the exception to :func:`raise_caught` and re-raises it otherwise
+    (run eagerly under ``torch.compile``)."""
     indented = ["".join("    " + line if line.strip() else line for line in chunk.splitlines(True))
                 for chunk in body]
-    return ["try:\n", *indented,
+    return [_EAGER_UNDER_COMPILE, "try:\n", *indented,
             f"except Exception as specfx_error:\n    {_RAISE_NAME}(self, specfx_error)\n    raise\n"]
 
 

@@ -41,7 +41,7 @@ from torch.fx.proxy import Proxy
 
 from ..guards import _is_foreign_proxy
 
-__all__ = ["call_function", "call_method", "getitem", "retraceable"]
+__all__ = ["anchor_tracer", "call_function", "call_method", "getitem", "grad_enabled", "keep_leaves", "retraceable"]
 
 
 def _tracer_of(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
@@ -91,7 +91,48 @@ def _torch_function(function: str) -> Callable[..., Any]:
     return found
 
 
-for _function in (getitem, call_method, call_function):
+def anchor_tracer(anchor: Any) -> Any:
+    """The tracer re-tracing a graph when ``anchor`` (an input of the graph that an ambient
+    read such as :func:`grad_enabled` takes) is one of its proxies, else None."""
+    if anchor is None or isinstance(anchor, torch.Tensor):
+        return None
+    if isinstance(anchor, Proxy) or _is_foreign_proxy(anchor):
+        return anchor.tracer
+    return None
+
+
+def grad_enabled(anchor: Any = None) -> bool:
+    """``torch.is_grad_enabled()`` as a specfx graph reads it for its grad-mode guard.
+    ``anchor`` is the graph's first input and is not read: re-traced by any tracer
+    (``symbolic_trace(gm)``, unpickling, FX quantization, Brevitas) it is that tracer's proxy,
+    so the call records itself and the guard after it stays in the new graph; a plain
+    ``torch.is_grad_enabled()`` would answer the re-trace's own grad mode, once."""
+    tracer = anchor_tracer(anchor)
+    if tracer is not None:
+        return tracer.create_proxy("call_function", grad_enabled, (anchor,), {})
+    return torch._C.is_grad_enabled()
+
+
+def keep_leaves(tracer: Any) -> None:
+    """Another tracer re-traces a specfx graph (``tracer.root``): the submodules the graph
+    calls stay leaves. A stock tracer would trace into a user's module that specfx kept as
+    a leaf (``leaf_modules=``) and fail at its data-dependent code, or record it without its
+    guards. Only this tracer object changes, for the trace it is doing."""
+    graph = getattr(getattr(tracer, "root", None), "graph", None)
+    if not isinstance(graph, torch.fx.Graph) or "is_leaf_module" in vars(tracer):
+        return
+    called = frozenset(str(node.target) for node in graph.nodes if node.op == "call_module")
+    if not called:
+        return
+    decide = tracer.is_leaf_module
+
+    def is_leaf_module(module: torch.nn.Module, qualified_name: str) -> bool:
+        return qualified_name in called or bool(decide(module, qualified_name))
+
+    tracer.is_leaf_module = is_leaf_module
+
+
+for _function in (getitem, call_method, call_function, grad_enabled):
     _function.__module__ = "specfx"  # generated code and pickles import them from the package
 
 

@@ -46,7 +46,8 @@ from .._frames import caught as _caught
 from ..errors import GuardError
 from ..guards import GUARD_FUNCTIONS
 from .._policy.messages import entry_structure_failure
-from .caught import raise_caught
+from .caught import raise_caught, retraced
+from .retrace import keep_leaves
 
 __all__ = ["StructuredCodeGen", "entry_only", "flatten_inputs", "is_plain", "leaf_kind", "rebuild_outputs", "structured_root"]
 
@@ -190,6 +191,7 @@ def flatten_inputs(values: Tuple[Any, ...], spec: pytree.TreeSpec, kinds: Option
                 leaves.extend(value)
                 continue
         if _is_proxy(value):  # re-traced by a tracer that does not know the structure
+            _retraced_by(value.tracer)
             return value.tracer.create_proxy(
                 "call_function", flatten_inputs, (values, _spec_argument(value.tracer, spec), kinds), {})
         flat, actual = pytree.tree_flatten(value)
@@ -211,6 +213,8 @@ def flatten_inputs(values: Tuple[Any, ...], spec: pytree.TreeSpec, kinds: Option
         tracer = next(leaf.tracer for leaf in leaves if _is_proxy(leaf))
         if _retracing_own_code(tracer, spec):  # keep the checks in the new graph
             tracer.note_input_kinds(kinds)
+        else:
+            _retraced_by(tracer)
     return leaves
 
 
@@ -227,6 +231,15 @@ def _check_leaf(leaf: Any, kind: str, position: int, spec: pytree.TreeSpec) -> b
         paths = [p for i, c in enumerate(spec.children()) for p in _leaf_paths(c, spec.context[i])]
         raise _entry_error(paths[position], "is " + _describe(leaf), "as " + _KINDS[kind][0])
     return False
+
+
+def _retraced_by(tracer: Any) -> None:
+    """Another tracer than specfx's re-traces a specfx graph (its entry sees that tracer's
+    proxies first): the graph's leaves stay leaves and its try-block marks stay (or that
+    tracer is refused). A specfx re-trace restores both itself."""
+    if not hasattr(tracer, "note_input_kinds"):
+        keep_leaves(tracer)
+        retraced(tracer)
 
 
 def _retracing_own_code(tracer: Any, spec: pytree.TreeSpec) -> bool:

@@ -15,7 +15,7 @@ from .spelling import spelling
 from .._frames.source import SourceLocation
 from ..errors import SpecializationError, compatible_error_class
 
-__all__ = ["caught_error", "caught_error_failure", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "denied_error", "describe_identity", "entry_structure_failure", "exported_guard_failure", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "meta_error", "module_made_in_forward", "no_value_error", "parameter_made_in_forward", "python_draw_decides", "refused_inside_code", "short_repr", "short_text", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
+__all__ = ["caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "meta_error", "module_made_in_forward", "no_value_error", "parameter_made_in_forward", "python_draw_decides", "refused_inside_code", "short_repr", "short_text", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
 
 # What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
 # code matching on FX's messages keeps working when specfx runs without examples.
@@ -467,4 +467,39 @@ def degenerate_decisions(count: int, lines: str) -> str:
         f"dimension; the example inputs may not be representative (the guards reject inputs that "
         f"differ), e.g. a batch of 1 where real batches are larger:\n{lines}\n"
         f"Trace with examples shaped like real inputs (a batch of 2 or more, non-empty)."
+
+
+def caught_lost_by_retrace(tracer: str, operation: str, where: str, count: int) -> str:
+    """A tracer whose graphs cannot keep the try-block marks re-traces a marked graph."""
+    return (
+        f"specfx: {tracer} cannot re-trace this graph: `{operation}` at {where} was traced inside a "
+        f"try block ({count} such op(s)), and the graph it would make raises that op's error where "
+        f"eager runs the except handler.\n"
+        f"Fix: test the condition instead of catching its error, or keep the try/except out of the "
+        f"traced code (in a leaf module), then trace again."
+    )
+
+
+def export_input_check_failure(condition: str, name: str, decisions: str) -> str:
+    """torch.export's own input check of an exported specfx program failed; ``decisions`` lists
+    the graph's decisions on that input (empty: none reads it)."""
+    related = (f"the graph's decisions on `{name}`:\n{decisions}" if decisions
+               else f"no decision of the graph reads `{name}`")
+    return (
+        f"specfx guard failed: the program was exported assuming {condition}, which this input breaks.\n"
+        f"  torch.export fixed it while exporting (a dimension exported static, or one the graph's code "
+        f"needs); {related}\n"
+        f"The program is only valid for inputs that keep these assumptions. Export again with an example "
+        f"input like this one (specfx.export(model, example_inputs, policy=...)), or pass dynamic_shapes."
+    )
+
+
+def export_refused_data_branch(leaves: str, cause: str) -> str:
+    """torch.export stopped at a data-dependent branch in code specfx did not trace."""
+    inside = f" (the leaf modules: {leaves})" if leaves else ""
+    return (
+        f"specfx.export: torch.export cannot export this graph: code that specfx did not trace{inside} "
+        f"branches on tensor data, which torch.export refuses ({cause}).\n"
+        f"Fix: let specfx trace that code (leave the module out of leaf_modules, the function out of "
+        f"autowrap_functions), so that its branch becomes a guarded decision, then export again."
     )

@@ -11,10 +11,16 @@ Lowered, each guard kind becomes what those tools keep as part of the program:
   specfx message (the assumption and the user's source line);
 - a value that depends on a dynamic dimension (a shape predicate, ``x.size(0)``) becomes the
   same assertion on the symbolic size (``sym_size`` → ``scalar_tensor`` → assert);
-- ``dtype`` and ``device`` become ``aten._assert_tensor_metadata``;
+- a decision on what export answers once on fake values (a tensor's contiguity, strides,
+  layout, dtype, ``requires_grad``, Python type or attributes, grad mode, autocast) becomes a
+  call of the custom operator ``specfx::check`` on the input, which raises specfx's
+  GuardError per call (``integrations/export_reads.py``); ``device`` becomes
+  ``aten._assert_tensor_metadata``;
 - a value export itself fixed (a dimension it specialized, the length of a list, a
-  dict's keys, an argument that is ``None``) is checked once while exporting and is
-  then enforced by export's own input checks (its input spec and shape guards).
+  dict's keys, an argument that is ``None``, a Python value) is checked once while
+  exporting; the program's module then checks the inputs at entry, with specfx's error,
+  before torch.export's own checks, whose errors are translated
+  (``integrations/export_entry.py``).
 
 :func:`lower_guards` is the graph pass (keyed on the guard kinds). The lowerings
 themselves (:data:`LOWERINGS`, in ``specfx/_checks/lowered.py``) also run whenever a guard is
@@ -32,13 +38,17 @@ from typing import Any, Callable, Dict, Mapping, Optional, Set, Tuple, Union
 import torch
 import torch.fx
 from torch.export import Dim
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from .._checks.lowered import LOWERINGS
 from .._graph.specialization import Specialization
 from .._graph.report import list_decisions
 from ..guards import COMPILED, GUARD_FUNCTIONS
+from .._policy.messages import export_refused_data_branch
 from .._trace.trace import PolicyLike, trace
-from ..errors import SpecializationWarning
+from ..errors import SpecializationError, SpecializationWarning
+from .export_entry import install as install_entry_checks
+from .export_reads import run_time_reads
 
 __all__ = ["LOWERINGS", "export", "lower_guards", "lowered_guard"]
 
@@ -68,6 +78,7 @@ def lower_guards(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     '_check_truth'
     """
     graph = copy.deepcopy(gm.graph)
+    run_time_reads(graph)  # decisions export would answer once, on fake values: asked per call
     for node in graph.nodes:
         if node.op != "call_function" or not callable(node.target):
             continue
@@ -98,9 +109,11 @@ def export(
     Every guard survives as a run-time check of the program (through
     ``run_decompositions``, torchao PT2E ``prepare_pt2e``/``convert_pt2e`` and
     ``ep.module()``): data decisions as ``aten._assert_async.msg`` with the specfx
-    message, decisions on dynamic sizes as assertions on the symbolic size, and what
-    export fixes itself (static dimensions, list lengths, the inputs' structure) by
-    export's own input checks. ``dynamic_shapes="auto"`` exports every input
+    message, decisions on dynamic sizes as assertions on the symbolic size, metadata,
+    types and modes by ``specfx::check`` per call, and what export fixes itself (static
+    dimensions, list lengths, the inputs' structure) by the module's entry checks, in
+    specfx's words, before export's own. A leaf module that branches on data is refused
+    (``SpecializationError``). ``dynamic_shapes="auto"`` exports every input
     dimension that no decision fixed as dynamic (``Dim.AUTO``: export keeps it
     static where the graph needs it); pass torch.export's ``dynamic_shapes`` to
     choose, or ``None`` for all static. ``trace_options`` are :func:`specfx.trace`'s
@@ -124,8 +137,24 @@ def export(
         _warn_unchecked(gm)
     if isinstance(specs, str):
         raise ValueError(f'dynamic_shapes= takes "auto", None or torch.export\'s dynamic_shapes; got {specs!r}')
-    program = torch.export.export(lower_guards(gm), args, kwargs, dynamic_shapes=specs, strict=False)
+    try:
+        program = torch.export.export(lower_guards(gm), args, kwargs, dynamic_shapes=specs, strict=False)
+    except GuardOnDataDependentSymNode as error:
+        raise _refused(gm, error) from error
+    if trace_options.get("guards", True):
+        install_entry_checks(program, gm)
     return program
+
+
+def _refused(gm: torch.fx.GraphModule, error: Exception) -> SpecializationError:
+    """torch.export stopped at a branch on tensor data: one in code specfx did not trace (a
+    leaf module or wrapped function, which export traces itself), since specfx's own branches
+    are decisions with guards."""
+    leaves = sorted({f"{node.target} ({type(gm.get_submodule(str(node.target))).__qualname__})"
+                     for node in gm.graph.nodes if node.op == "call_module"
+                     and not type(gm.get_submodule(str(node.target))).__module__.startswith("torch.")})
+    return SpecializationError(export_refused_data_branch(", ".join(leaves), str(error).splitlines()[0]),
+                               operation="torch.export.export")
 
 
 def _call_arguments(example_inputs: Any, example_kwargs: Optional[Mapping[str, Any]]) -> Tuple[tuple, dict]:

@@ -17,6 +17,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 import torch.fx
 
+from ..guards import GUARD_FUNCTIONS
 from .._graph.records import RECORDS, keep_records
 
 __all__ = ["convert_fx", "prepare_fx"]
@@ -76,6 +77,7 @@ def prepare_fx(
     prepared = prepare(graph_module, qconfig_mapping, is_qat, scopes, example_inputs=example_inputs,
                        prepare_custom_config=prepare_custom_config, backend_config=backend_config)
     _unobserve(prepared, marked)
+    _guards_on_inputs_first(prepared.graph)
     # fusing rebuilt the graph with torch.fx's plain code generation: give back specfx's
     prepared.graph._codegen = copy.deepcopy(codegen)
     prepared.recompile()
@@ -97,9 +99,10 @@ def convert_fx(graph_module: torch.fx.GraphModule, *args: Any, **kwargs: Any) ->
 
     codegen = graph_module.graph._codegen
     quantized = torch_convert_fx(graph_module, *args, **kwargs)
+    _guards_on_inputs_first(quantized.graph)
     if type(quantized.graph._codegen) is not type(codegen):  # lowering rebuilt the graph
         quantized.graph._codegen = copy.deepcopy(codegen)
-        quantized.recompile()
+    quantized.recompile()
     _keep_records(graph_module, quantized)
     return quantized
 
@@ -147,6 +150,21 @@ def _unobserve(prepared: torch.fx.GraphModule, marked: set) -> None:
             node.replace_all_uses_with(node.args[0])
             prepared.graph.erase_node(node)
     prepared.delete_all_unused_submodules()
+
+
+def _guards_on_inputs_first(graph: torch.fx.Graph) -> None:
+    """Move the guards that read only the inputs (a layout, a dtype, a type, a size) before
+    everything else: quantization puts a quantize op on an input first, and an input that
+    breaks such a guard (a sparse tensor) would make that op fail in torch's words."""
+    placeholders = list(graph.find_nodes(op="placeholder"))
+    if not placeholders:
+        return
+    last = placeholders[-1]
+    for node in list(graph.nodes):
+        if (node.op == "call_function" and node.target in GUARD_FUNCTIONS and node.all_input_nodes
+                and all(n.op == "placeholder" for n in node.all_input_nodes)):
+            last.append(node)
+            last = node
 
 
 def _keep_records(source: torch.fx.GraphModule, target: torch.fx.GraphModule) -> None:
