@@ -19,8 +19,9 @@ fails in torch.export's check; its error is translated (:func:`translate_guards`
 The checks are in the module's generated code, so they survive PT2E's ``prepare_pt2e`` and
 ``convert_pt2e`` (which rebuild the module from its graph) and ``copy.deepcopy``; a forward
 pre-hook registered first runs them on the module ``ep.module()`` returns, before torch's
-own pre-hook. ``program.module`` of the returned program is this program's own function
-(``run_decompositions`` and ``torch.export.save``/``load`` make programs without it).
+own pre-hook. ``program.module`` (and ``run_decompositions``, whose program gets the same)
+of the returned program are this program's own functions; ``torch.export.save``/``load``
+make a program without them.
 """
 
 from __future__ import annotations
@@ -173,5 +174,14 @@ def install(program: torch.export.ExportedProgram, gm: torch.fx.GraphModule) -> 
             translate_guards(guards_fn, records, entry.parameters)
         return made
 
+    decompose = type(program).run_decompositions
+
+    def run_decompositions(*args: Any, **kwargs: Any) -> torch.export.ExportedProgram:
+        decomposed = decompose(program, *args, **kwargs)
+        install(decomposed, gm)  # (a new program: its module() checks the same entry)
+        return decomposed
+
     module.__doc__ = module_of.__doc__
+    run_decompositions.__doc__ = decompose.__doc__
     program.module = module  # type: ignore[method-assign]
+    program.run_decompositions = run_decompositions  # type: ignore[method-assign]
