@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
 
 import torch
 import torch.fx
@@ -153,7 +153,7 @@ def install(program: torch.export.ExportedProgram, gm: torch.fx.GraphModule) -> 
         return
     records = list(getattr(gm, "specializations", []))
     signature = inspect.signature(gm.forward)
-    rendered = gm.graph._codegen.signature  # type: ignore[attr-defined]  # (a StructuredCodeGen: entry_checks)
+    rendered = cast(StructuredCodeGen, gm.graph._codegen).signature  # (entry_checks found one)
     module_of = type(program).module
 
     def module(check_guards: bool = True) -> torch.fx.GraphModule:
@@ -183,5 +183,5 @@ def install(program: torch.export.ExportedProgram, gm: torch.fx.GraphModule) -> 
 
     module.__doc__ = module_of.__doc__
     run_decompositions.__doc__ = decompose.__doc__
-    program.module = module  # type: ignore[method-assign]
+    program.module = module
     program.run_decompositions = run_decompositions  # type: ignore[method-assign]
