@@ -183,5 +183,5 @@ def install(program: torch.export.ExportedProgram, gm: torch.fx.GraphModule) -> 
 
     module.__doc__ = module_of.__doc__
     run_decompositions.__doc__ = decompose.__doc__
-    program.module = module
-    program.run_decompositions = run_decompositions  # type: ignore[method-assign]
+    program.module = module  # type: ignore[method-assign]
+    program.run_decompositions = run_decompositions  # (a decorated method: mypy sees an attribute)
