@@ -309,26 +309,19 @@ class TestGuardsSurvive:
             _fires(module, (torch.ones(2, 4),), SPECFX_MESSAGE + r" len\(.*\) == 4")
 
     def test_shapes_unpack_and_dtype(self):
-        """Decided sizes and the dtype are checked at the module's entry, in specfx's words, at
-        every stage; an argument the trace did not have is refused as torch refuses it."""
+        """Decided sizes, the dtype and an input traced as None are checked at the module's entry,
+        in specfx's words, at every stage (export, run_decompositions, PT2E)."""
         model, x = Shapes().eval(), torch.randn(4, 4)
         program = specfx.export(model, (x,), policy=Policy(shapes=True))
         kinds = {s.kind for s in specfx.trace(model, (x,), policy=Policy(shapes=True)).specializations}
         assert {"unpack", "size", "dtype", "is_none"} <= kinds
-        # (the error each stage raises for an argument the trace did not have: torch's, as the
-        # specfx graph's own forward raises TypeError for it; sizes and dtype: specfx's, at entry)
-        structure_check = {"export": (ValueError, r"Trying to flatten user inputs with exported input tree spec"),
-                           "decomposed": (ValueError, r"Trying to flatten user inputs with exported input tree spec"),
-                           "pt2e": (TypeError, r"forward\(\) takes 2 positional arguments but 3 were given")}
-        staged = stages(program, calibration_of((x,), 1))
-        assert set(staged) == set(structure_check)
-        for stage, module in staged.items():
+        for module in stages(program, calibration_of((x,), 1)).values():
             _fires(module, (torch.randn(6, 4),), r"assuming x.size\(0\) == 4, but for this input x.size\(0\) == 6",
                    GuardError)
             _fires(module, (x.double(),), r"assuming x.dtype == torch.float32, but for this input x.dtype == "
                                           r"torch.float64", GuardError)
-            error, match = structure_check[stage]
-            _fires(module, (x, torch.ones(4)), match, error)
+            _fires(module, (x, torch.ones(4)), r"assuming mask is None, but for this input mask is not None",
+                   GuardError)
 
 
 # -- PT2E end to end on models torch.export alone cannot export ------------------------------

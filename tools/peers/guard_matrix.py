@@ -449,7 +449,8 @@ def _measure(c: Case, tool: str) -> Tuple[str, str]:
     try:
         applied = TOOLS[tool](c, model, gm, args, kwargs)
     except Exception as error:
-        verdict = "refuses" if isinstance(error, specfx.SpecfxError) else "crash"
+        # (a refusal is specfx's SpecializationError; a guard failing while the tool runs is a crash)
+        verdict = "refuses" if isinstance(error, specfx.SpecializationError) else "crash"
         return verdict, f"when applied: {type(error).__name__}: {error}"
     try:
         got = _run(applied, same)
