@@ -467,6 +467,7 @@ def degenerate_decisions(count: int, lines: str) -> str:
         f"dimension; the example inputs may not be representative (the guards reject inputs that "
         f"differ), e.g. a batch of 1 where real batches are larger:\n{lines}\n"
         f"Trace with examples shaped like real inputs (a batch of 2 or more, non-empty)."
+    )
 
 
 def caught_lost_by_retrace(tracer: str, operation: str, where: str, count: int) -> str:
