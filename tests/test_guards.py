@@ -127,6 +127,10 @@ def scale_by_max_item(x):
     return x * x.max().item()
 
 
+def upcast_by_dtype(x):
+    return x * 2 if x.dtype == torch.float32 else x.double() * 3
+
+
 def sum_dict(features):
     return sum(features[key] * 2 for key in features)
 
@@ -319,6 +323,19 @@ class TestScalarTypes:
         gm = specfx.trace(model, (torch.ones(2),), policy=Policy(scalars=True))
         for x in (torch.ones(2, dtype=torch.int64), torch.ones(2, dtype=torch.float64)):
             assert_same_as_eager(gm, model, x)
+
+
+class TestDtypeGuard:
+    def test_a_dtype_read_by_the_code(self):
+        """`x.dtype == torch.float32` bakes in the float32 branch (a decision the code itself fixes):
+        another float32 input passes, a float64 or int64 one raises GuardError naming the dtype."""
+        gm = check_guard(
+            upcast_by_dtype, torch.ones(3), None, "dtype",
+            satisfying=[inputs(torch.randn(5))],
+            violating=[inputs(torch.ones(3, dtype=torch.float64)), inputs(torch.ones(3, dtype=torch.int64))],
+        )
+        with pytest.raises(GuardError, match=r"x.dtype == torch.float32, but for this input x.dtype == torch.float64"):
+            gm(torch.ones(3, dtype=torch.float64))
 
 
 class TestKeysGuard:

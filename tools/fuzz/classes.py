@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import linecache
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -61,12 +61,15 @@ def _grad(ch: Any) -> bool:
 
 def inplace_then_decide(ch: Any) -> ClassCase:
     """Class 1: the same read before and after an in-place change."""
-    read = ch.choice(["y.sum().item()", "float(y.sum())", "int(y.sum() > 0)", "bool(y.max() > 0)"])
+    read = ch.choice(["y.sum().item()", "float(y.sum())", "int(y.sum() > 0)", "bool(y.max() > 0)",
+                      "sum(y.tolist())", "y.tolist()[0]"])  # (the last two read y itself, the same node)
     change = ch.choice(["y.add_(z)", "y.mul_(-1)", "y.copy_(z)", "y += z", "y[0] = z[0]"])
     source = f"def f(y, z):\n    a = {read}\n    {change}\n    b = {read}\n    return y * (a + 2 * b)\n"
     n = ch.choice([1, 2, 3])
-    return ClassCase("inplace", source, (_t(ch, n), _t(ch, n)),
-                     [((_t(ch, n), _t(ch, n)), _grad(ch)) for _ in range(4)], _policy(ch))
+    y = _t(ch, n)
+    # half of the inputs keep the example's y: the first read then holds, only the second can differ
+    make = lambda: (y.clone() if ch.chance(0.5) else _t(ch, n), _t(ch, n))  # noqa: E731
+    return ClassCase("inplace", source, (y, _t(ch, n)), [(make(), _grad(ch)) for _ in range(4)], _policy(ch))
 
 
 def optional_inputs(ch: Any) -> ClassCase:
@@ -167,8 +170,14 @@ def python_values(ch: Any) -> ClassCase:
                       "isinstance(n, bool)", "n == 2", "{'a': 2.0}.get(str(n), 1.0) > 1"])
     source = f"def f(x, n):\n    if {test}:\n        return x * 2\n    return x - 1\n"
     size = ch.choice([2, 3])
-    make = lambda: (_t(ch, size), ch.choice([2, 3, 5, 2.0, True, False, 1]))  # noqa: E731
-    return ClassCase("python values", source, make(), [(make(), _grad(ch)) for _ in range(4)], _policy(ch))
+    values = [2, 3, 5, 1, 2.0, 3.0, True, False]
+    n = ch.choice(values)
+    # most inputs keep the example's type (another type fails the graph's entry check first),
+    # so that the guards on the value itself are what tells the inputs apart
+    same_type = [v for v in values if type(v) is type(n)]
+    make = lambda: (_t(ch, size), ch.choice(same_type if ch.chance(0.7) else values))  # noqa: E731
+    return ClassCase("python values", source, (_t(ch, size), n), [(make(), _grad(ch)) for _ in range(4)],
+                     _policy(ch))
 
 
 def ambient(ch: Any) -> ClassCase:
@@ -200,12 +209,53 @@ def policy_exactly(ch: Any) -> ClassCase:
                      _policy(ch))
 
 
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.bool)
+
+
+def _numbers_input(ch: Any, n: int) -> torch.Tensor:
+    """Small whole numbers in a random dtype (so that inputs of other dtypes often hold the
+    same numbers), sometimes laid out without contiguity."""
+    values = torch.tensor([float(ch.choice([0, 1, 1, 2, 3])) for _ in range(n)])
+    if ch.chance(0.3):
+        values = values * ch.choice([0.5, -1.0])
+    x = values.to(ch.choice(_DTYPES))
+    return torch.stack([x, x]).t()[:, 0] if ch.chance(0.3) else x  # (a strided view: not contiguous)
+
+
+def numbers(ch: Any) -> ClassCase:
+    """Numbers read from tensor data, whose Python type follows the dtype (``.item()`` and
+    ``.tolist()`` answer an int, a float or a bool), and the type-blind ones (``int()``,
+    ``float()``), on inputs of every dtype, contiguous or not."""
+    body = ch.choice([
+        "return x * x.sum().item()",
+        "return x * x.max().item()",
+        "return x + sum(x.tolist()[:2])",
+        "a = x.sum().item()\n    return x * (a % 3) + (a > 1)",
+        "return x * int(x.sum())",
+        "return x * float(x.max())",
+        "return [x * i for i in range(x.sum().long() % 3)]",
+        "return x * 2 if x.sum().item() > 1 else x - 1",
+    ])
+    n = ch.choice([1, 2, 3])
+    example = _numbers_input(ch, n)
+
+    def make() -> Tuple[Any, ...]:  # the example's numbers in another dtype or layout, or other numbers
+        if ch.chance(0.6):
+            x = example.to(ch.choice(_DTYPES))
+            return (torch.stack([x, x]).t()[:, 0] if ch.chance(0.3) else x,)
+        return (_numbers_input(ch, n),)
+
+    return ClassCase("numbers", f"def f(x):\n    {body}\n", (example,), [(make(), _grad(ch)) for _ in range(5)],
+                     _policy(ch))
+
+
 CLASSES: Dict[str, Callable[[Any], ClassCase]] = {
     "inplace": inplace_then_decide, "optional": optional_inputs, "factories": factories, "caught": caught,
     "properties": properties, "ambient": ambient, "policy": policy_exactly, "python values": python_values,
+    "numbers": numbers,
 }
 
 
-def generate(ch: Any) -> ClassCase:
-    """One program of a class chosen by ``ch``."""
-    return CLASSES[ch.choice(sorted(CLASSES))](ch)
+def generate(ch: Any, family: Optional[str] = None) -> ClassCase:
+    """One program of ``family``, or of a family chosen by ``ch``."""
+    return CLASSES[family if family is not None else ch.choice(sorted(CLASSES))](ch)

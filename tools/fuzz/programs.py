@@ -49,7 +49,6 @@ import fnmatch
 import io
 import itertools
 import linecache
-import math
 import random
 import re
 import warnings
@@ -372,11 +371,13 @@ class Probe:
 
 
 def canonical(value: Any) -> Any:
-    """A baked-in value in a form that compares and hashes by value (NaN equals NaN, lists are tuples)."""
-    if isinstance(value, float) and math.isnan(value):
-        return "nan"
+    """A baked-in value in a form that compares and hashes by value and type (NaN equals NaN,
+    lists are tuples, and a number keeps its type: ``.item()`` of an int64 tensor is ``2``
+    where a float tensor's is ``2.0``, which eager computes with differently)."""
     if isinstance(value, (list, tuple)):
         return tuple(canonical(v) for v in value)
+    if type(value) in (bool, int, float, complex):
+        return (type(value).__name__, "nan" if value != value else value)
     return value
 
 
@@ -748,11 +749,15 @@ def _shape_math(w: Writer, ctx: Context) -> None:
 
 def _scalar(w: Writer, ctx: Context) -> None:
     ch = ctx.ch
-    form = ch.choice(["item_div", "int_flag", "int_count", "float_clamp", "item_if", "tolist"])
+    form = ch.choice(["item_div", "item_mod", "int_flag", "int_count", "float_clamp", "item_if", "tolist"])
     if form == "item_div":
         s = ctx.fresh("s")
         _emit_decision(w, ctx, f"{s} = h.abs().max().item()", lambda t: f"{s} = R.item({t}, h.abs().max())")
         w.both(f"h = h / ({s} + 1.0)")
+    elif form == "item_mod":  # the number's type reaches the output: an int keeps an int64 h int64
+        s = ctx.fresh("s")
+        _emit_decision(w, ctx, f"{s} = h.sum().item()", lambda t: f"{s} = R.item({t}, h.sum())")
+        w.both(f"h = h + {s} % 3")
     elif form == "int_flag":
         k = ctx.fresh("k")
         ctx.needs(SCALARS)
@@ -951,13 +956,17 @@ def make_tensor(shape: Sequence[int], seed: int, scale: float = 1.0, offset: flo
 
 def generate_example(ch: Any) -> torch.Tensor:
     """A random example: 2-D or 3-D, batch 1-4 (rarely 0), 2-6 channels (rarely 1), mixed signs,
-    scales and (rarely) float64."""
+    scales and (rarely) float64, int64 or float16."""
     batch = 0 if ch.chance(0.03) else ch.integer(1, 4)
     channels = 1 if ch.chance(0.05) else ch.integer(2, 6)
     shape = [batch, channels] + ([ch.integer(1, 4)] if ch.chance(0.5) else [])
     scale, offset = ch.choice([0.5, 1.0, 3.0]), ch.choice([0.0, 0.0, 1.0, -1.0])
     example = make_tensor(shape, ch.integer(0, 2**31 - 1), scale, offset)
-    return example.double() if ch.chance(0.1) else example
+    if ch.chance(0.1):
+        return example.double()
+    if ch.chance(0.06):
+        return (example * 3).round().long()
+    return example.half() if ch.chance(0.05) else example
 
 
 def generate_inputs(ch: Any, example: torch.Tensor) -> List[Tuple[str, torch.Tensor]]:
@@ -977,8 +986,15 @@ def generate_inputs(ch: Any, example: torch.Tensor) -> List[Tuple[str, torch.Ten
         length = ch.choice([n for n in (1, 2, 5) if n != shape[2]])
         inputs.append(("length", make_tensor(shape[:2] + [length], seed())))
     inputs.append(("float64", example.double() * ch.choice([1.0, -1.0])))
+    # other dtypes, the same numbers where they can hold them: `.item()`/`.tolist()` answer an
+    # int, float or bool as the dtype says, and eager's arithmetic follows that type
+    whole = (example.double() * ch.choice([1.0, 3.0])).round()
+    inputs += [("int64", whole.long()), ("int32", whole.int()), ("bool", example > 0),
+               ("float16", example.half()), ("float32", example.float())]
     wide = make_tensor(shape[:-1] + [2 * shape[-1]], seed())
     inputs.append(("strided", wide[..., ::2]))  # same shape, not contiguous
+    # same shape and values, column-major strides (not contiguous, no gaps)
+    inputs.append(("transposed", example.transpose(0, -1).contiguous().transpose(0, -1)))
     if ch.chance(0.1):
         inputs.append(("empty", torch.zeros([0] + shape[1:])))
     return inputs

@@ -15,7 +15,10 @@ again, so every program gets a graph. Eager, the specfx graph and a
 then run on fresh inputs. Counted per input: *agreed* (same output),
 *guarded* (``GuardError``), *silent mismatch* (a different output, no error;
 must be 0 for specfx), *other exceptions*; inputs on which eager itself raises
-are skipped (and it is counted whether the graph returned a value there).
+are skipped, and a graph that returns a value there is a failure (it answers
+where the model has no answer). Inputs come in other dtypes too (int64, int32,
+bool, float16: ``.item()`` answers an int, a float or a bool as the dtype says)
+and with non-contiguous layouts.
 
 Also checked for specfx, and listed as property violations: (b) each refusal
 names a flag the policy really lacked, at the line that needed it, and no
@@ -26,25 +29,33 @@ eager's decisions on the input differ from those on the example, at the first
 differing line. The exit status is 1 when there is a violation or a silent
 mismatch for specfx.
 
-Programs run in chunks in short-lived worker processes (``--jobs``): every
-guarded specfx graph leaves entries in torch.fx's process-wide ``wrap``
-registry that are never removed, and every later trace patches all of them,
-so one long-lived process slows down quadratically (a specfx bug, see
-``tests/test_fuzz.py::TestKnownBugs``; ``--jobs 0`` runs in this process).
+Programs run in chunks in short-lived worker processes (``--jobs``, one per
+CPU by default; ``--jobs 0`` runs in this process): a chunk that crashes or leaks
+stays in its worker. (Guarded graphs once piled up in torch.fx's process-wide
+``wrap`` registry, slowing a long-lived process down quadratically; fixed, see
+``tests/test_fuzz.py::TestRegressions``.)
+
+``--grammar classes`` runs the grammar of ``tools/fuzz/classes.py`` instead (no
+``torch.jit.trace`` column); ``--family NAME`` only one of its families. With
+``--json`` only the JSON is printed: anything written to stderr meanwhile (by
+torch, by workers) is kept in its ``"stderr"`` entry, so ``--json ... 2>&1`` parses.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
+import io
 import json
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 import warnings
-from typing import Any, Counter, Dict, List, Optional, Tuple
+from typing import Any, Counter, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -193,10 +204,14 @@ def check_case(case: programs.Case, *, jit: bool = True) -> Dict[str, Any]:
             counts["inputs skipped (eager raised)"] += 1
             if gm is not None and programs.run(gm, x)[0]:
                 counts["graph returned where eager raised"] += 1
+                problems.append(f"(a) input {label} {tuple(x.shape)} {x.dtype}: eager raised "
+                                f"{type(expected).__name__}: {expected}, the graph returned a value")
             continue
         counts["inputs"] += 1
         if gm is not None:
-            counts[classify(gm, case, plan, probe, label, x, expected, problems)] += 1
+            outcome = classify(gm, case, plan, probe, label, x, expected, problems)
+            counts[outcome] += 1
+            counts[f"{_dtype_name(x)} inputs: {outcome}"] += 1
         if jit and jm is None:
             counts["jit: inputs not run (trace failed)"] += 1
         elif jm is not None:
@@ -232,8 +247,8 @@ def _copy(value: Any) -> Any:
 
 def _call(fn: Any, args: Tuple[Any, ...], grad: bool, seed: int) -> Tuple[bool, Any]:
     torch.manual_seed(seed)  # eager and the graph draw the same random numbers
-    try:
-        with torch.set_grad_enabled(grad), warnings.catch_warnings():
+    try:  # (torch.fx prints where in the generated code an exception arose: swallowed, as programs.run does)
+        with torch.set_grad_enabled(grad), warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             return True, fn(*_copy(args))
     except Exception as error:
@@ -276,6 +291,10 @@ def check_class_case(case: classes.ClassCase, tag: str) -> Dict[str, Any]:
         ok, expected = _call(fn, args, grad, index)
         if not ok:
             counts["inputs skipped (eager raised)"] += 1
+            if _call(gm, args, grad, index)[0]:
+                counts["graph returned where eager raised"] += 1
+                problems.append(f"(a) input {index}: eager raised {type(expected).__name__}: {expected}, "
+                                f"the graph returned a value")
             continue
         counts["inputs"] += 1
         ok, actual = _call(gm, args, grad, index)
@@ -283,31 +302,38 @@ def check_class_case(case: classes.ClassCase, tag: str) -> Dict[str, Any]:
             problems.append(f"input {index}: the graph left grad mode changed")
             torch.set_grad_enabled(True)
         if ok and _agree(expected, actual):
-            counts["agreed"] += 1
+            outcome = "agreed"
         elif ok:
-            counts["silent mismatches"] += 1
+            outcome = "silent mismatches"
             problems.append(f"(a) SILENT MISMATCH on input {index} (grad mode {grad})")
         elif isinstance(actual, GuardError):
-            counts["guarded"] += 1
+            outcome = "guarded"
         else:
-            counts["other exceptions"] += 1
+            outcome = "other exceptions"
             problems.append(f"(a) input {index}: {type(actual).__name__}: {actual}")
+        counts[outcome] += 1
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        counts[f"{_dtype_name(first) if first is not None else 'no tensor'} inputs: {outcome}"] += 1
     return {"counts": counts, "problems": problems, "policy": repr(policy)}
+
+
+def _dtype_name(x: torch.Tensor) -> str:
+    return str(x.dtype).replace("torch.", "") + ("" if x.is_contiguous() else " non-contiguous")
 
 
 # -- running a corpus ---------------------------------------------------------------------------
 
 
-def run_chunk(job: Tuple[int, int, int, bool]) -> Tuple[Dict[str, int], List[Dict[str, Any]]]:
+def run_chunk(job: Tuple[int, int, int, Optional[bool], Optional[str]]) -> Tuple[Dict[str, int], List[Dict[str, Any]]]:
     """Check programs ``start .. stop-1`` of ``seed``: summed counts and the failing cases
-    (``jit`` None: the class grammar of tools/fuzz/classes.py)."""
-    seed, start, stop, jit = job
+    (``jit`` None: the class grammar of tools/fuzz/classes.py, of one ``family`` if given)."""
+    seed, start, stop, jit, family = job
     torch.set_num_threads(1)
     totals: Counter = collections.Counter()
     failures = []
     for index in range(start, stop):
         if jit is None:
-            class_case = classes.generate(programs.RandomChooser(seed * 1_000_003 + index))
+            class_case = classes.generate(programs.RandomChooser(seed * 1_000_003 + index), family)
             result = check_class_case(class_case, f"-{seed}-{index}")
             totals["programs"] += 1
             totals[f"  class {class_case.family}"] += 1
@@ -329,13 +355,16 @@ def run_chunk(job: Tuple[int, int, int, bool]) -> Tuple[Dict[str, int], List[Dic
 
 
 def fuzz(n: int, seed: int, *, jit: Optional[bool] = True, start: int = 0, jobs: int = 0,
-         chunk: int = CHUNK) -> Dict[str, Any]:
-    """Run programs ``start .. start+n-1`` of ``seed``: totals, failures and the elapsed seconds.
+         chunk: int = CHUNK, family: Optional[str] = None) -> Dict[str, Any]:
+    """Run programs ``start .. start+n-1`` of ``seed``: totals, failures and the elapsed seconds
+    (``jit`` None: the class grammar, of one ``family`` if given).
 
     ``jobs=0`` runs in this process; otherwise chunks of ``chunk`` programs run
     in ``jobs`` forked workers, each used for one chunk only."""
+    if family is not None and (jit is not None or family not in classes.CLASSES):
+        raise ValueError(f"family= names one of the class grammar's families {sorted(classes.CLASSES)}")
     began = time.perf_counter()
-    chunks = [(seed, lo, min(lo + chunk, start + n), jit) for lo in range(start, start + n, chunk)]
+    chunks = [(seed, lo, min(lo + chunk, start + n), jit, family) for lo in range(start, start + n, chunk)]
     if jobs == 0:
         results = [run_chunk(chunk) for chunk in chunks]
     else:
@@ -347,7 +376,8 @@ def fuzz(n: int, seed: int, *, jit: Optional[bool] = True, start: int = 0, jobs:
         totals.update(counts)
         failures += chunk_failures
     totals["seconds"] = round(time.perf_counter() - began, 1)
-    return {"seed": seed, "counts": dict(totals), "failures": failures}
+    return {"seed": seed, "grammar": "programs" if jit is not None else "classes", "counts": dict(totals),
+            "failures": failures}
 
 
 ROWS = [  # (title, specfx key, jit.trace key)
@@ -355,25 +385,39 @@ ROWS = [  # (title, specfx key, jit.trace key)
     ("  example rejected by eager (not traced)", "invalid examples", None),
     ("  traced (jit.trace: failed to trace)", "programs traced", "jit: trace failures"),
     ("  trace refusals (SpecializationError), then widened", "trace refusals", None),
+    ("  refused under Specialize.ALL (class grammar)", "programs refused", None),
     ("inputs", "inputs", None),
     ("  agreed", "agreed", "jit: agreed"),
     ("  guarded (GuardError)", "guarded", None),
     ("  silent mismatches", "silent mismatches", "jit: silent mismatches"),
     ("  other exceptions", "other exceptions", "jit: exceptions"),
     ("inputs skipped (eager raised)", "inputs skipped (eager raised)", None),
-    ("  of which the graph returned a value", "graph returned where eager raised", None),
+    ("  of which the graph returned a value (a failure)", "graph returned where eager raised", None),
     ("property violations (programs)", "programs with problems", None),
 ]
 
 
 def print_table(result: Dict[str, Any]) -> None:
-    """Print the counts of specfx and jit.trace side by side, then the first failures."""
+    """Print the counts of specfx and jit.trace side by side (the class grammar runs no
+    jit.trace: one column), then the first failures."""
     counts = result["counts"]
-    print(f"seed {result['seed']}, {counts.get('seconds')} s")
-    print(f"{'':54}{'specfx':>9}{'jit.trace':>11}")
+    jit = result.get("grammar") != "classes" and any(key.startswith("jit: ") for key in counts)
+    print(f"seed {result['seed']}, {result.get('grammar', 'programs')} grammar, {counts.get('seconds')} s")
+    print(f"{'':54}{'specfx':>9}{'jit.trace' if jit else '':>11}".rstrip())
     for title, key, jit_key in ROWS:
-        jit_value = "" if jit_key is None else counts.get(jit_key, 0)
-        print(f"{title:54}{counts.get(key, 0):>9}{jit_value:>11}")
+        if key == "programs refused" and result.get("grammar") != "classes":
+            continue
+        jit_value = "" if jit_key is None or not jit else counts.get(jit_key, 0)
+        title = title if jit else title.split(" (jit.trace")[0]
+        print(f"{title:54}{counts.get(key, 0):>9}{jit_value:>11}".rstrip())
+    for key in sorted(k for k in counts if k.startswith("  class ")):
+        print(f"{key:54}{counts[key]:>9}")
+    outcomes = ("agreed", "guarded", "silent mismatches", "other exceptions")
+    kinds = sorted({key.split(" inputs: ")[0] for key in counts if " inputs: " in key})
+    if kinds:
+        print(f"\n{'inputs by dtype':30}" + "".join(f"{outcome:>19}" for outcome in outcomes))
+        for kind in kinds:
+            print(f"{kind:30}" + "".join(f"{counts.get(f'{kind} inputs: {outcome}', 0):>19}" for outcome in outcomes))
     for failure in result["failures"][:5]:
         print(f"\nprogram {failure['index']} ({failure['policy']}, example {failure['example_shape']}):")
         for problem in failure["problems"][:5]:
@@ -391,28 +435,67 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="programs: the control-flow grammar (default); classes: the classes of "
                              "answers a trace may take from an example (docs/soundness.md, "
                              "tools/fuzz/classes.py)")
+    parser.add_argument("--family", choices=sorted(classes.CLASSES), default=None,
+                        help="with --grammar classes: only this family")
     parser.add_argument("--only", type=int, default=None, help="run program ONLY alone and print its source")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="worker processes (default: one per CPU; 0 runs in this process)")
     args = parser.parse_args(argv)
+    if args.family is not None and args.grammar != "classes":
+        parser.error("--family takes a family of --grammar classes")
     torch.set_num_threads(1)
     jit: Optional[bool] = None if args.grammar == "classes" else not args.no_jit
-    if args.only is not None and jit is None:
-        print(classes.generate(programs.RandomChooser(args.seed * 1_000_003 + args.only)).source)
-        result = fuzz(1, args.seed, jit=None, start=args.only, jobs=0)
-    elif args.only is not None:
-        case = make_case(args.seed, args.only)
-        print(case.program.source)
-        print(f"policy: {case.plan.policy()!r}; example shape {tuple(case.example.shape)}\n")
-        result = fuzz(1, args.seed, jit=not args.no_jit, start=args.only, jobs=0)
-    else:
-        result = fuzz(args.n, args.seed, jit=jit, jobs=args.jobs)
     if args.json:
+        with _stderr_kept() as kept:
+            result = _run(args, jit)
+        result["stderr"] = kept.text
         print(json.dumps(result, indent=2, default=str))
     else:
+        result = _run(args, jit)
         print_table(result)
     counts = result["counts"]
     return 1 if counts.get("programs with problems", 0) or counts.get("silent mismatches", 0) else 0
+
+
+def _run(args: argparse.Namespace, jit: Optional[bool]) -> Dict[str, Any]:
+    if args.only is not None and jit is None:
+        case = classes.generate(programs.RandomChooser(args.seed * 1_000_003 + args.only), args.family)
+        if not args.json:
+            print(case.source)
+        return fuzz(1, args.seed, jit=None, start=args.only, jobs=0, family=args.family)
+    if args.only is not None:
+        program_case = make_case(args.seed, args.only)
+        if not args.json:
+            print(program_case.program.source)
+            print(f"policy: {program_case.plan.policy()!r}; example shape {tuple(program_case.example.shape)}\n")
+        return fuzz(1, args.seed, jit=not args.no_jit, start=args.only, jobs=0)
+    return fuzz(args.n, args.seed, jit=jit, jobs=args.jobs, family=args.family)
+
+
+class _Kept:
+    text = ""
+
+
+@contextlib.contextmanager
+def _stderr_kept() -> Iterator[_Kept]:
+    """Everything written to file descriptor 2 meanwhile (by this process, by torch's C++
+    code, by forked workers), kept instead of printed: its ``text`` once the block ends."""
+    kept = _Kept()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as file:
+        os.dup2(file.fileno(), 2)
+        # Python-level writes go to descriptor 2 too (sys.stderr may be another stream: pytest's)
+        stream = open(2, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)
+        try:
+            with contextlib.redirect_stderr(stream):
+                yield kept
+        finally:
+            stream.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            file.seek(0)
+            kept.text = file.read()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""Checks of the test suite itself: does it catch plausible bugs (``python -m tools.testing.mutation``)."""
