@@ -278,3 +278,23 @@ class TestTraceFromASet:
             specfx.trace(SignAndChunks(), calibration=torch.ones(3))
         with pytest.raises(TypeError, match="progress= goes with calibration="):
             specfx.trace(SignAndChunks(), torch.ones(4), policy="bool,iter", progress=True)
+
+    def test_sizes_that_cannot_stay_symbolic(self, monkeypatch):
+        """When tracing with symbolic sizes fails, the refusal says the sizes differ and why."""
+        import contextlib
+
+        from specfx._trace import calibration
+
+        @contextlib.contextmanager
+        def failing():
+            raise RuntimeError("a library needs real ints here")
+            yield
+
+        monkeypatch.setattr(calibration, "deferred_shapes", failing)
+        with pytest.raises(specfx.SpecializationError) as caught:
+            specfx.trace(lambda x: x.view(x.size(0), -1), policy="shapes", calibration=[torch.ones(2, 3), torch.ones(4, 3)])
+        assert str(caught.value).splitlines()[0] == (
+            "batch 1 of the calibration set (the only batch that fails) has other sizes than the example (batch 0): "
+            "the trace read x.size(0) == 2, but on batch 1 x.size(0) == 4; tracing again with the sizes kept "
+            "symbolic failed (RuntimeError: a library needs real ints here).")
+        assert caught.value.batch == 1

@@ -469,7 +469,6 @@ def degenerate_decisions(count: int, lines: str) -> str:
         f"Trace with examples shaped like real inputs (a batch of 2 or more, non-empty)."
     )
 
-
 def caught_lost_by_retrace(tracer: str, operation: str, where: str, count: int) -> str:
     """A tracer whose graphs cannot keep the try-block marks re-traces a marked graph."""
     return (
@@ -504,3 +503,14 @@ def export_refused_data_branch(leaves: str, cause: str) -> str:
         f"Fix: let specfx trace that code (leave the module out of leaf_modules, the function out of "
         f"autowrap_functions), so that its branch becomes a guarded decision, then export again."
     )
+
+
+def calibration_sizes_not_symbolic(index: int, failing: Sequence[int], given: bool, assumption: str, seen: str,
+                                   where: str, error: BaseException) -> str:
+    """``trace(..., calibration=)``: sizes differ, and the model cannot be traced with them symbolic."""
+    batch, example = _calibration_batch(index, failing, given)
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return (f"{batch} has other sizes than {example}: the trace read {assumption}, but on batch {index} "
+            f"{seen}; tracing again with the sizes kept symbolic failed ({type(error).__name__}: {reason}).\n"
+            f"Keep a graph per size with specfx.Specializer(model, policy).fit(batches), or give batches of "
+            f"one size.\n  at {where}")

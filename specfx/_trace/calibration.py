@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import torch
 
 from .._capture.demands import deferred_shapes
-from .._policy.messages import calibration_path_differs, calibration_structure_differs
+from .._policy.messages import calibration_path_differs, calibration_sizes_not_symbolic, calibration_structure_differs
 from .._policy.policy import Specialize
 from ..errors import SpecializationError
 from ..guards import GuardKind
@@ -86,11 +86,24 @@ def trace_calibrated(
             with deferred_shapes():
                 deferred = trace(root, example_inputs, example_kwargs, **options)
         except Exception as error:  # code that needs its sizes as ints after all: the sizes differ
-            raise _differing(report, given) from error
+            raise _not_symbolic(report, given, error) from error
         report = _check(deferred, batches, progress)
         if report.covered:
             return deferred
     raise _differing(report, given)
+
+
+def _not_symbolic(report: Coverage, given: bool, error: Exception) -> SpecializationError:
+    """The refusal when sizes differ and the trace with symbolic shape reads failed."""
+    row = min((r for r in report.guards if r.first_failure is not None and r.specialization is not None
+               and r.specialization.kind in _SHAPE_READS), key=lambda r: r.first_failure or 0)
+    record = row.specialization
+    assert record is not None and row.first_failure is not None
+    return SpecializationError(
+        calibration_sizes_not_symbolic(row.first_failure, report.failed_batches, given, row.assumption, row.seen,
+                                       f"{record.where}: {record.source}", error),
+        operation=row.assumption, flag=record.flag, value=row.value_seen, location=record.where,
+        batch=row.first_failure)
 
 
 def _differing(report: Coverage, given: bool) -> SpecializationError:
