@@ -1,7 +1,7 @@
 """Cost of checking a calibration set: ``specfx.coverage`` of N batches against N
 forwards of the same graph, and the traces ``Specializer.fit`` makes per variant.
 
-    python -m tools.bench.calibration_cost [--batches 64] [--rounds 5]
+    python -m tools.bench.calibration_cost [--batches 64] [--rounds 5] [--workload gated]
 
 Coverage target: at most N forwards of the graph + 5 %. Each figure is the minimum
 over interleaved rounds of the CPU time (``time.process_time``) of the whole set, under
@@ -67,9 +67,11 @@ def _coverage(gm: torch.fx.GraphModule, batches: List[Any]) -> None:
     assert specfx.coverage(gm, batches, progress=False).covered
 
 
-def coverage_cost(rounds: int, count: int) -> List[Dict[str, Any]]:
+def coverage_cost(rounds: int, count: int, only: str = "") -> List[Dict[str, Any]]:
     rows = []
     for name, model, policy, batches in workloads(count):
+        if only not in name:
+            continue
         example_args, example_kwargs = as_call(batches[0])
         gm = specfx.trace(model, example_args, example_kwargs, policy=policy)
         calls = [as_call(batch) for batch in batches]
@@ -122,12 +124,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=64, help="batches per set (default 64)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--workload", default="", help="only the coverage workloads whose name contains this")
     options = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     print("| workload | batches | guards | N forwards (ms) | coverage (ms) | coverage / forwards |")
     print("|---|---|---|---|---|---|")
-    for row in coverage_cost(options.rounds, options.batches):
+    for row in coverage_cost(options.rounds, options.batches, options.workload):
         print(f"| {row['workload']} | {row['batches']} | {row['guards']} | {row['forwards_ms']:.1f} | "
               f"{row['coverage_ms']:.1f} | {row['ratio']:.3f} |")
     print()
