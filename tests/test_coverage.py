@@ -127,6 +127,21 @@ class TestCounts:
         assert (row.held, row.failed, row.first_failure) == (2, 1, 2)
         assert row.assumption == "the inputs' structure and types (checked at entry)"
 
+    def test_a_batch_the_graph_raises_on(self):
+        """An op that raises on a batch (before the last guard) is counted on a row of its own;
+        the guards after it are not reached on that batch."""
+        def product(x, y):
+            z = x @ y
+            return z * 2 if z.sum() > 0 else z
+
+        gm = specfx.trace(product, (torch.ones(2, 3), torch.ones(3, 2)), policy=Policy(bool=True))
+        report = specfx.coverage(gm, [(torch.ones(2, 3), torch.ones(3, 4)), (torch.ones(2, 3), torch.ones(2, 3))])
+        error, guard = report.guards
+        assert (error.assumption, error.held, error.failed, error.first_failure) == (
+            "the graph runs up to its guards without an error", 1, 1, 1)
+        assert error.value_seen.startswith("the graph raised RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+        assert (guard.held, guard.failed, guard.not_reached) == (1, 0, 1)
+
     def test_refuses_what_it_cannot_check(self):
         """guards=False leaves nothing to check: ValueError; not a GraphModule: TypeError."""
         gm = specfx.trace(lambda x: x * 2 if x.sum() > 0 else x, torch.ones(2), policy="bool", guards=False)

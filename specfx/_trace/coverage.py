@@ -31,7 +31,7 @@ import torch.fx
 from .._graph.report import specializations
 from .._graph.specialization import Specialization
 from .._graph.structure import entry_only
-from .._policy.messages import describe_identity, short_repr
+from .._policy.messages import describe_identity, short_repr, short_text
 from ..errors import GuardError
 from ..guards import GUARD_FUNCTIONS, GuardKind
 from .guard_runs import LIVE_MODEL, Checkpoint, Writes, build_prologue, saved_paths, writes_before
@@ -43,6 +43,7 @@ __all__ = ["Coverage", "GuardChecker", "GuardCoverage", "as_call", "coverage"]
 _OTHER_CHECKS = {
     "structure": "the inputs' structure and types (checked at entry)",
     "caught": "ops inside the model's try blocks do not raise",
+    "error": "the graph runs up to its guards without an error",
 }
 
 
@@ -308,21 +309,19 @@ class GuardChecker:
                 self._entry.forward(*args, **kwargs)
             if batch.failure is None and self._late is not None:
                 self._run_late(args, kwargs)
-        except TypeError as error:
+        except GuardError as error:  # not a guard node: the entry check, or a caught op
+            first_line = str(error).splitlines()[0].replace("specfx guard failed: ", "")
+            self._other.get(str(error.kind), self._other["error"]).fail(index, first_line)
+            batch.failure = batch.failure or first_line
+        except Exception as error:  # another number of arguments, or an op that raised on this batch
             try:
                 self._signature.bind(*args, **kwargs)
-            except TypeError as mismatch:  # another number or names of arguments: the structure differs
-                self._other["structure"].fail(index, f"the batch does not fit forward{self._signature}: {mismatch}")
-                self.failed_batches.append(index)
-                return f"the batch does not fit forward{self._signature}"
-            raise error
-        except GuardError as error:  # not a guard node: the entry check, or a caught op
-            tally = self._other.get(str(error.kind))
-            if tally is None:
-                raise
-            first_line = str(error).splitlines()[0].replace("specfx guard failed: ", "")
-            tally.fail(index, first_line)
-            batch.failure = batch.failure or first_line
+            except TypeError as mismatch:
+                text, kind = f"the batch does not fit forward{self._signature}: {mismatch}", "structure"
+            else:
+                text, kind = f"the graph raised {type(error).__name__}: {short_text(str(error))}", "error"
+            self._other[kind].fail(index, text)
+            batch.failure = batch.failure or text
         if batch.failure is not None:
             self.failed_batches.append(index)
             return batch.failure
@@ -347,8 +346,10 @@ class GuardChecker:
         rows = []
         for kind, tally in self._other.items():
             if tally.failed:
-                rows.append(GuardCoverage(None, _OTHER_CHECKS[kind], tally.held, tally.failed,
-                                          self.total - tally.held - tally.failed, tally.first, tally.value))
+                # every batch that did not fail the entry check passed it
+                held = self.total - tally.failed if kind == "structure" else tally.held
+                rows.append(GuardCoverage(None, _OTHER_CHECKS[kind], held, tally.failed,
+                                          self.total - held - tally.failed, tally.first, tally.value))
         for name, record in self._rows:
             tally = self._tallies[name]
             rows.append(GuardCoverage(record, self._assumptions[name], tally.held, tally.failed,
