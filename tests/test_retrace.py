@@ -152,3 +152,29 @@ def test_tensors_made_in_forward_stay_made_by_the_graph(name):
     assert f"torch.{name}(" in gm.code
     for again in (specfx.trace(gm), torch.load(_saved(gm), weights_only=False)):
         assert again.code == gm.code and "_tensor_constant" not in again.code
+
+
+class TestPythonDrawsUnderAnotherTracer:
+    """A graph that draws from Python's `random` at every call cannot be re-traced by a tracer
+    that would freeze the draw into a constant: it refuses there, and specfx's re-trace keeps it."""
+
+    @staticmethod
+    def noisy(x):
+        import random
+
+        return x * random.uniform(0.5, 1.5)
+
+    def test_stock_symbolic_trace_refuses(self):
+        gm = specfx.trace(self.noisy, torch.ones(2))
+        with pytest.raises(torch.fx.proxy.TraceError, match=r"draws random\.uniform\(\) .* one constant .* specfx\.trace\(gm\)"):
+            torch.fx.symbolic_trace(gm)
+
+    def test_specfx_retrace_keeps_the_draw(self):
+        import random
+
+        again = specfx.trace(specfx.trace(self.noisy, torch.ones(2)))
+        random.seed(3)
+        first = again(torch.ones(2))
+        random.seed(3)
+        assert torch.equal(first, self.noisy(torch.ones(2)))
+        assert not torch.equal(again(torch.ones(2)), first)  # a fresh draw on the next call

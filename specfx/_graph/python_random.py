@@ -11,7 +11,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 from torch.fx.node import has_side_effect
+from torch.fx.proxy import Proxy, TraceError
+
+from .._policy.messages import frozen_python_draw
 
 __all__ = ["python_random"]
 
@@ -30,7 +34,12 @@ def python_random(name: str, *args: Any, **kwargs: Any) -> Any:
     >>> torch.equal(graph, eager)
     True
     """
-    return getattr(random, name)(*args, **kwargs)
+    value = getattr(random, name)(*args, **kwargs)
+    if not isinstance(value, Proxy) and is_fx_symbolic_tracing():
+        # another tracer (torch.fx's symbolic_trace, a quantizer's) is tracing the graph's code: its
+        # graph would hold this one draw as a constant, the same number on every call
+        raise TraceError(frozen_python_draw(name))
+    return value
 
 
 python_random.__module__ = "specfx"  # generated code and pickles import it from the public package

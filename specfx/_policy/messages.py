@@ -15,7 +15,7 @@ from .spelling import spelling
 from .._frames.source import SourceLocation
 from ..errors import SpecializationError, compatible_error_class
 
-__all__ = ["caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "meta_error", "module_made_in_forward", "no_value_error", "parameter_made_in_forward", "python_draw_decides", "refused_inside_code", "short_repr", "short_text", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
+__all__ = ["calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "keyword_batch_positional", "list_example_failed", "list_is_one_argument", "meta_error", "model_class_given", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
 
 # What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
 # code matching on FX's messages keeps working when specfx runs without examples.
@@ -514,3 +514,12 @@ def calibration_sizes_not_symbolic(index: int, failing: Sequence[int], given: bo
             f"{seen}; tracing again with the sizes kept symbolic failed ({type(error).__name__}: {reason}).\n"
             f"Keep a graph per size with specfx.Specializer(model, policy).fit(batches), or give batches of "
             f"one size.\n  at {where}")
+
+
+def frozen_python_draw(name: str) -> str:
+    """A tracer other than specfx's re-traces a graph that draws from Python's ``random``."""
+    return (
+        f"specfx: this graph draws random.{name}() from Python's generator at every call; re-traced by "
+        f"this tracer, the draw would become one constant (the same number on every call). Re-trace it "
+        f"with specfx.trace(gm), which keeps the draw a graph node, or keep the draw out of the traced code."
+    )
