@@ -233,3 +233,28 @@ class TestFullCollectionsPutOff:
                 assert gc.get_threshold() == inside
             assert gc.get_threshold() == inside
         assert gc.get_threshold() == before
+
+
+class TestClassmethodPatch:
+    class Base:
+        @classmethod
+        def make(cls, value):
+            return (cls.__name__, value)
+
+    class Child(Base):
+        pass
+
+    def test_subclasses_reach_the_replacement_in_the_session_only(self):
+        """The replacement gets the class the method was called on; outside the session, and
+        in another thread during it, the previous classmethod answers; it is put back after."""
+        original = self.Base.__dict__["make"]
+        seen = []
+        with _patches.tracing():
+            _patches.patch_classmethod(self.Base, "make", lambda cls, value: ("patched", cls.__name__, value))
+            assert self.Child.make(1) == ("patched", "Child", 1)
+            thread = threading.Thread(target=lambda: seen.append(self.Child.make(2)))
+            thread.start()
+            thread.join()
+        assert seen == [("Child", 2)]
+        assert self.Child.make(3) == ("Child", 3)
+        assert self.Base.__dict__["make"] is original

@@ -621,6 +621,16 @@ class TestIdentityOfTracedNumbers:  # class 8
         with pytest.raises(SpecializationError, match=r"(?s)`k` is compared by identity.*example 4.*Fix: compare values"):
             specfx.trace(f, (torch.ones(2), 4))
 
+    def test_is_between_two_locals_is_refused(self):
+        """Python 3.13 loads both operands with one instruction (`LOAD_FAST_LOAD_FAST`)."""
+        def f(x, k):
+            sentinel = TestIdentityOfTracedNumbers.SENTINEL
+            same = k is sentinel
+            return x * (3 if same else 5)
+
+        with pytest.raises(SpecializationError, match=r"(?s)`k` is compared by identity.*example 4"):
+            specfx.trace(f, (torch.ones(2), 4))
+
     def test_id_of_a_shape_is_refused(self):
         def f(x):
             n = x.shape[0]

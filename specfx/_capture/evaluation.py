@@ -100,7 +100,8 @@ def run_op(
         if kind == "call_method":
             if target.endswith("_") and not target.startswith("_"):
                 values = (state.writable(values[0]), *values[1:])
-            if is_random_name(target):
+            if is_random_name(target) or (isinstance(values[0], type) and issubclass(values[0], torch.autograd.Function)):
+                # (a custom autograd Function's forward may draw: stochastic rounding)
                 with state.draws():
                     return getattr(values[0], target)(*values[1:], **kw_values)
             return getattr(values[0], target)(*values[1:], **kw_values)

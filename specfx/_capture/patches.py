@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import torch.fx._symbolic_trace as _fx_trace
 
 __all__ = ["Session", "active", "confine_fx_tracing_flag", "fx_tracing_off", "no_full_collections", "patch",
+           "patch_classmethod",
            "previous", "restore_fx_tracing", "tracing"]
 
 _ABSENT: Any = object()
@@ -204,6 +205,32 @@ def previous(owner: Any, name: str) -> Any:
     with _LOCK:
         slot = _SLOTS.get((id(owner), name))
         return _callable(owner, name) if slot is None else slot.before
+
+
+def patch_classmethod(owner: type, name: str, replacement: Callable[..., Any]) -> None:
+    """As :func:`patch`, for a classmethod of ``owner`` that its subclasses inherit:
+    ``replacement`` takes the class the method was called on, then the call's arguments;
+    calls from every other context reach the previous classmethod, with that class."""
+    function = owner.__dict__[name].__func__
+
+    def make_installed(before: Any, key: _Key) -> Any:
+        def dispatch(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            session = _session_now()
+            if session is not None:
+                replacement = session.lookup(key)
+                if replacement is not None:
+                    return replacement(cls, *args, **kwargs)
+            return function(cls, *args, **kwargs)
+
+        dispatch.__name__ = dispatch.__qualname__ = name
+        dispatch.__doc__ = function.__doc__
+        dispatch.__wrapped__ = function  # type: ignore[attr-defined]
+        return classmethod(dispatch)
+
+    key = _use_slot(owner, name, make_installed)
+    session = _session_now()
+    assert session is not None
+    session.replacements[key] = replacement
 
 
 def _dispatcher(previous: Any, key: _Key, name: str) -> Callable[..., Any]:

@@ -35,6 +35,9 @@ class TraceSession(Protocol):
                     name: Optional[str] = None, type_expr: Optional[Any] = None) -> Node:
         """A bare node (guards: no value, no proxy)."""
 
+    def constant_proxy(self, value: Any, prefix: str) -> Any:
+        """A ``get_attr`` proxy of an object the graph holds (a class it calls), named ``prefix...``."""
+
     def records_factories(self) -> bool:
         """Whether calls made now come from traced model code (not from specfx computing a value)."""
 

@@ -32,6 +32,7 @@ from torch.fx.node import Node
 from torch.fx.proxy import Proxy, TracerBase
 
 from . import ambient as _ambient
+from . import autograd as _autograd
 
 from .._frames import caught as _caught
 
@@ -237,6 +238,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                     # (after ambient's refusals; without examples too: re-tracing generated code,
                     # as unpickling does, must record the graph's draws again)
                     install_python_draws(self, self.decisions.draws)
+                    if self.examples is not None or _is_generated(root):
+                        _autograd.install(self)  # (re-tracing generated code records the calls again)
                     record_factories(self)
                     # @torch.jit.script helpers and transformers' vmapped masks, for the tracing code
                     self._scripted.cover(type(root).forward if isinstance(root, torch.nn.Module) else root)
@@ -258,6 +261,21 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                 reset_layers(token)
                 annotations_active().reset(annotations)
                 _ACTIVE_TRACER.reset(active)
+
+    def constant_proxy(self, value: Any, prefix: str) -> Proxy:
+        """A ``get_attr`` proxy of an object the graph must hold (a class it calls): kept on the
+        root under one name per trace, and found again by that name when specfx re-traces its
+        own generated code. (The trace's changes to the model are undone when it ends; the
+        graph module keeps the attribute.)"""
+        root = self.root
+        name = self.tensor_attrs.get(value)  # (torch.fx's table of the constants the root holds)
+        if name is None:
+            name = next((key for key, held in vars(root).items() if key.startswith(prefix) and held is value), None)
+        if name is None:
+            name = self.get_fresh_qualname(prefix + getattr(value, "__name__", type(value).__name__) + "_")
+            setattr(root, name, value)
+        self.tensor_attrs[value] = name
+        return self.create_proxy("get_attr", name, (), {})
 
     def refuse(self, error: BaseException) -> NoReturn:
         """Raise ``error`` (a refusal); with examples the trace fails even if model code catches it."""

@@ -310,6 +310,20 @@ def _opnames(code: types.CodeType) -> frozenset:
     return frozenset(dis.opname[op] for op in code.co_code[::2])
 
 
+def _split_paired_loads(listing: List[dis.Instruction]) -> List[dis.Instruction]:
+    """``listing`` with each paired local load (3.13's ``LOAD_FAST_LOAD_FAST (x, k)``, which
+    pushes two operands at once) written as the two ``LOAD_FAST`` it stands for (same offset)."""
+    if not any(inst.opname in _PAIRED_LOCAL_LOADS for inst in listing):
+        return listing
+    split: List[dis.Instruction] = []
+    for inst in listing:
+        if inst.opname in _PAIRED_LOCAL_LOADS and isinstance(inst.argval, tuple) and len(inst.argval) == 2:
+            split += [inst._replace(opname="LOAD_FAST", argval=name) for name in inst.argval]
+        else:
+            split.append(inst)
+    return split
+
+
 def _operand_start(listing: List[dis.Instruction], end: int) -> Optional[int]:
     """The index where the operand that ends right before ``listing[end]`` starts, for the
     simple forms ``name``, ``name.attr...``, a constant or a global (None otherwise)."""
@@ -375,20 +389,21 @@ def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
             found.append(TypeCheck(call, line, tuple(argument), dominated, reassigned, stored, always, kind))
     if "IS_OP" in _opnames(code):
         listing = listing or _instructions(code)[0]
-        for k, inst in enumerate(listing):
+        loads = _split_paired_loads(listing)
+        for k, inst in enumerate(loads):
             if inst.opname != "IS_OP":
                 continue
-            right_start = _operand_start(listing, k)
-            left_start = _operand_start(listing, right_start) if right_start is not None else None
+            right_start = _operand_start(loads, k)
+            left_start = _operand_start(loads, right_start) if right_start is not None else None
             if left_start is None or right_start is None:
                 continue
-            operands = (listing[left_start:right_start], listing[right_start:k])
+            operands = (loads[left_start:right_start], loads[right_start:k])
             if any(o[0].opname == "LOAD_CONST" and o[0].argval is None and len(o) == 1 for o in operands):
                 continue  # `x is None`: answered truly (None stays None, guarded at entry)
             if dominators is None:
                 dominators = _dominators(listing)
             dominated = frozenset(o for o, doms in dominators.items() if inst.offset in doms and o != inst.offset)
-            line = next((a.positions.lineno for a in listing[left_start:k + 1]  # type: ignore[attr-defined]
+            line = next((a.positions.lineno for a in loads[left_start:k + 1]  # type: ignore[attr-defined]
                          if getattr(a, "positions", None) is not None and a.positions.lineno), 0)  # type: ignore[attr-defined]
             for operand in operands:
                 if operand[0].opname not in _LOCAL_LOADS:

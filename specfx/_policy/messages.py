@@ -15,7 +15,7 @@ from .spelling import spelling
 from .._frames.source import SourceLocation
 from ..errors import SpecializationError, compatible_error_class
 
-__all__ = ["calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "keyword_batch_positional", "list_example_failed", "list_is_one_argument", "meta_error", "model_class_given", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
+__all__ = ["autograd_function_argument", "calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "keyword_batch_positional", "list_example_failed", "list_is_one_argument", "meta_error", "model_class_given", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
 
 # What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
 # code matching on FX's messages keeps working when specfx runs without examples.
@@ -522,4 +522,15 @@ def frozen_python_draw(name: str) -> str:
         f"specfx: this graph draws random.{name}() from Python's generator at every call; re-traced by "
         f"this tracer, the draw would become one constant (the same number on every call). Re-trace it "
         f"with specfx.trace(gm), which keeps the draw a graph node, or keep the draw out of the traced code."
+    )
+
+
+def autograd_function_argument(function: str, kind: str, location: Optional[SourceLocation]) -> str:
+    """A custom autograd Function applied to an argument that no graph can hold."""
+    where = f"\n  at {location.describe()}" if location else ""
+    return (
+        f"`{function}.apply(...)` is called with an argument a graph cannot hold (a {kind}): specfx records "
+        f"a custom autograd Function as one call, so that its backward runs as in eager.\n"
+        f"Fix: pass it tensors, numbers and strings only (keep other objects on the Function or its module), "
+        f"or make the module that calls it a leaf (leaf_modules=[...]).{where}"
     )

@@ -1,0 +1,63 @@
+"""The differential oracles of the soundness tests: a graph must give eager's outputs, eager's
+gradients (every leaf's ``.grad``) and eager's writes (inputs, model state) — or raise."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, List, Tuple
+
+import torch
+
+
+def clone_args(value: Any) -> Any:
+    """A deep copy of call arguments that keeps which tensors require grad."""
+    if isinstance(value, torch.Tensor):
+        copied = value.detach().clone()
+        return copied.requires_grad_(True) if value.requires_grad else copied
+    if isinstance(value, (list, tuple)):
+        return type(value)(clone_args(v) for v in value)
+    if isinstance(value, dict):
+        return {k: clone_args(v) for k, v in value.items()}
+    return copy.deepcopy(value)
+
+
+def _leaves(value: Any) -> List[torch.Tensor]:
+    found = [t for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+    return [t for t in found if t.requires_grad and t.is_leaf]
+
+
+def _backward(output: Any) -> bool:
+    """Backward from a weighted sum of the outputs (so each output's gradient differs)."""
+    outputs = [t for t in torch.utils._pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not outputs:
+        return False
+    sum(t.float().sum() * (i + 1) for i, t in enumerate(outputs)).backward()
+    return True
+
+
+def gradients(fn: Callable[..., Any], args: Tuple[Any, ...], module: Any = None, seed: int = 0) -> Any:
+    """``fn(*args)``'s output, whether it required grad, and the ``.grad`` of every leaf it
+    reached: the tensors in ``args`` that require grad and ``module``'s parameters."""
+    torch.manual_seed(seed)
+    output = fn(*args)
+    requires = _backward(output)
+    grads = [None if t.grad is None else t.grad.clone() for t in _leaves(args)]
+    if module is not None:
+        grads += [None if p.grad is None else p.grad.clone() for p in module.parameters()]
+        module.zero_grad(set_to_none=True)
+    return output, requires, grads
+
+
+def assert_same_gradients(eager: Callable[..., Any], graph: Callable[..., Any], args: Tuple[Any, ...],
+                          module: Any = None) -> None:
+    """The gradient oracle: outputs, requires_grad and every leaf's ``.grad`` are eager's
+    (``module``: the parameters both share, the model the graph was traced from)."""
+    expected = gradients(eager, clone_args(args), module)
+    actual = gradients(graph, clone_args(args), module)
+    torch.testing.assert_close(actual[0], expected[0], rtol=0, atol=0)
+    assert actual[1] == expected[1], "the graph's output requires grad where eager's does not, or the reverse"
+    assert len(actual[2]) == len(expected[2])
+    for got, want in zip(actual[2], expected[2]):
+        assert (got is None) == (want is None), "a leaf got a gradient from one side only"
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=0, atol=0)

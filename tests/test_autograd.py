@@ -1,0 +1,239 @@
+"""Custom autograd Functions and activation checkpointing: the graph's gradients are eager's
+(the gradient oracle of tests/oracles.py: outputs, and every leaf's ``.grad``)."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+import torch.utils.checkpoint as checkpoint
+from torch import nn
+
+import specfx
+from specfx import SpecializationError
+
+from .oracles import assert_same_gradients
+
+
+class RoundSTE(torch.autograd.Function):
+    """Straight-through rounding, as in every QAT fake-quantizer: round forward, identity backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class ScaledSquare(torch.autograd.Function):
+    """A backward that is not forward's derivative, reading what forward saved on ``ctx``."""
+
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 3 * x * ctx.k, None
+
+
+class NeedsGrad(torch.autograd.Function):
+    """Forward that branches on ``ctx.needs_input_grad``."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        return x * w + 1 if ctx.needs_input_grad[1] else x * w
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, grad
+
+
+class SumAndProduct(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        return x + y, x * y
+
+    @staticmethod
+    def backward(ctx, grad_sum, grad_product):
+        return grad_sum + 5 * grad_product, -grad_sum
+
+
+class StochasticRound(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.floor(x + torch.rand_like(x))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class LearnedStepQuantizer(nn.Module):
+    """LSQ-style: a Function of an activation and a learnable scale."""
+
+    class Quantize(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, scale):
+            ctx.save_for_backward(x, scale)
+            return torch.round(x / scale).clamp(-8, 7) * scale
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, scale = ctx.saved_tensors
+            inside = ((x / scale) >= -8) & ((x / scale) <= 7)
+            return grad * inside, (grad * (torch.round(x / scale) - x / scale)).sum().reshape(scale.shape)
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(4, 4)
+        self.scale = nn.Parameter(torch.tensor(0.3))
+
+    def forward(self, x):
+        return self.Quantize.apply(self.linear(x), self.scale)
+
+
+def randn(*shape, grad=False):
+    return torch.randn(*shape).mul(3).requires_grad_(grad)
+
+
+class TestCustomFunctions:
+    def test_straight_through_estimator_keeps_its_backward(self):
+        """The STE's identity backward, not round's zero gradient."""
+        def f(x):
+            return RoundSTE.apply(x) * 2
+
+        gm = specfx.trace(f, (randn(4, grad=True),))
+        assert_same_gradients(f, gm, (randn(4, grad=True),))
+        x = randn(4, grad=True)
+        gm(x).sum().backward()
+        assert torch.equal(x.grad, torch.full((4,), 2.0))
+
+    def test_backward_reads_what_forward_saved(self):
+        def f(x):
+            return ScaledSquare.apply(x, 2.0).sum(0)
+
+        gm = specfx.trace(f, (randn(3, 2, grad=True),))
+        assert_same_gradients(f, gm, (randn(5, 2, grad=True),))
+
+    @pytest.mark.parametrize("weight_grad", [True, False])
+    def test_needs_input_grad_reads_the_callers_tensors(self, weight_grad):
+        """Traced with a weight that requires grad, called with one that does or does not."""
+        def f(x, w):
+            return NeedsGrad.apply(x, w)
+
+        gm = specfx.trace(f, (randn(3), randn(3, grad=True)))
+        assert_same_gradients(f, gm, (randn(3), randn(3, grad=weight_grad)))
+
+    def test_two_outputs(self):
+        def f(x, y):
+            total, product = SumAndProduct.apply(x, y)
+            return total * product
+
+        gm = specfx.trace(f, (randn(3, grad=True), randn(3, grad=True)))
+        assert_same_gradients(f, gm, (randn(3, grad=True), randn(3, grad=True)))
+
+    def test_learnable_scale_gets_eagers_gradient(self):
+        model = LearnedStepQuantizer()
+        gm = specfx.trace(model, (randn(2, 4),))
+        assert_same_gradients(model, gm, (randn(5, 4),), module=model)
+
+    def test_the_graph_calls_the_function(self):
+        """One node calls the Function, which the graph module holds (the user's model does not)."""
+        model = LearnedStepQuantizer()
+        gm = specfx.trace(model, (randn(2, 4),))
+        assert "apply(" in gm.code and "torch.round" not in gm.code
+        assert not [name for name in vars(model) if "autograd" in name]
+
+    def test_a_drawing_forward_draws_as_eager_and_the_trace_draws_nothing(self):
+        def f(x):
+            return StochasticRound.apply(x) * 2
+
+        example = randn(5)
+        state = torch.get_rng_state()
+        gm = specfx.trace(f, (example,))
+        assert torch.equal(torch.get_rng_state(), state)
+        torch.manual_seed(3)
+        expected = f(example)
+        torch.manual_seed(3)
+        assert torch.equal(gm(example), expected)
+
+    def test_deepcopy_save_load_and_retrace_keep_the_backward(self):
+        model = LearnedStepQuantizer()
+        gm = specfx.trace(model, (randn(2, 4),))
+        buffer = io.BytesIO()
+        torch.save(gm, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=False)
+        for other in (copy.deepcopy(gm), loaded, specfx.trace(gm, (randn(2, 4),))):
+            assert "apply(" in other.code
+            assert_same_gradients(model, other, (randn(3, 4, grad=True),))  # (the input's gradient)
+
+    def test_an_argument_no_graph_can_hold_is_refused_naming_the_function(self):
+        class WithCallback(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, callback):
+                return callback(x)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad, None
+
+        def f(x):
+            return WithCallback.apply(x, torch.relu)
+
+        with pytest.raises(SpecializationError, match=r"(?s)WithCallback.apply\(\.\.\.\)` is called with an "
+                                                      r"argument a graph cannot hold.*Fix: pass it tensors"):
+            specfx.trace(f, (randn(3),))
+
+
+class Checkpointed(nn.Module):
+    def __init__(self, reentrant):
+        super().__init__()
+        torch.manual_seed(0)
+        self.first = nn.Linear(4, 4)
+        self.second = nn.Linear(4, 4)
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        hidden = checkpoint.checkpoint(lambda t: torch.relu(self.first(t)), x, use_reentrant=self.reentrant)
+        return self.second(hidden)
+
+
+class TestCheckpoint:
+    @pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad=True")  # eager's, reentrant
+    @pytest.mark.parametrize("reentrant", [True, False])
+    @pytest.mark.parametrize("input_grad", [True, False])
+    def test_gradients_are_eagers(self, reentrant, input_grad):
+        """Reentrant: the layers inside train when an input requires grad, and get no gradient
+        when none does (as in eager); non-reentrant: they always train."""
+        model = Checkpointed(reentrant)
+        gm = specfx.trace(model, (randn(2, 4, grad=input_grad),))
+        assert_same_gradients(model, gm, (randn(3, 4, grad=input_grad),), module=model)
+
+    def test_reentrant_traced_without_input_grad_called_with_it(self):
+        model = Checkpointed(True)
+        gm = specfx.trace(model, (randn(2, 4),))
+        assert_same_gradients(model, gm, (randn(3, 4, grad=True),), module=model)
+
+    def test_checkpoint_sequential(self):
+        class Sequence(nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(0)
+                self.layers = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+
+            def forward(self, x):
+                return checkpoint.checkpoint_sequential(self.layers, 2, x, use_reentrant=True)
+
+        model = Sequence()
+        gm = specfx.trace(model, (randn(2, 4, grad=True),))
+        assert_same_gradients(model, gm, (randn(3, 4, grad=True),), module=model)
