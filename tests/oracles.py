@@ -61,3 +61,10 @@ def assert_same_gradients(eager: Callable[..., Any], graph: Callable[..., Any], 
         assert (got is None) == (want is None), "a leaf got a gradient from one side only"
         if want is not None:
             torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def assert_same_writes(eager: Callable[..., Any], graph: Callable[..., Any], args: Tuple[Any, ...]) -> None:
+    """The write oracle: the arguments (containers, tensors) after the call are eager's."""
+    eager_args, graph_args = clone_args(args), clone_args(args)
+    torch.testing.assert_close(graph(*graph_args), eager(*eager_args), rtol=0, atol=0)
+    torch.testing.assert_close(graph_args, eager_args, rtol=0, atol=0)

@@ -7,6 +7,7 @@ GuardError; what the policy does not grant is refused at trace time.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import linecache
 import random
@@ -55,6 +56,7 @@ class TestRepeatedDecisionAfterInPlaceChange:  # class 1
 
         def f(x, xs):
             n = len(xs)
+            xs = list(xs)  # (a write to the caller's list itself is refused: tests/test_input_writes.py)
             xs.extend([x])
             return x * (n + len(xs))
 
@@ -757,6 +759,68 @@ class TestAmbientState:  # class 9
         torch.testing.assert_close(gm(x), model(x))
 
 
+@contextlib.contextmanager
+def _default_dtype(dtype):
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+@contextlib.contextmanager
+def _deterministic(mode):
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(mode)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+@contextlib.contextmanager
+def _matmul_precision(precision):
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+class TestProcessWideSettings:  # class 9, beyond grad mode and autocast
+    @pytest.mark.parametrize("f, setting, label", [
+        (lambda x: x.to(torch.get_default_dtype()) + 1, lambda: _default_dtype(torch.float64),
+         "torch.get_default_dtype()"),
+        (lambda x: x.cumsum(0) if torch.are_deterministic_algorithms_enabled() else x * 5,
+         lambda: _deterministic(True), "torch.are_deterministic_algorithms_enabled()"),
+        (lambda x: x * 2 if torch.is_inference_mode_enabled() else x + 1, lambda: torch.inference_mode(),
+         "torch.is_inference_mode_enabled()"),
+        (lambda x: x * 2 if torch.get_float32_matmul_precision() == "highest" else x + 1,
+         lambda: _matmul_precision("high"), "torch.get_float32_matmul_precision()"),
+        (lambda x: x * 2 if torch.is_anomaly_enabled() else x + 1, lambda: torch.autograd.set_detect_anomaly(True),
+         "torch.is_anomaly_enabled()"),
+    ])
+    def test_a_setting_read_in_forward_is_guarded(self, f, setting, label):
+        """The trace's answer, guarded: under the setting it was traced with the graph is eager;
+        under another it raises GuardError naming the getter."""
+        gm = specfx.trace(f, (torch.arange(3.0),))
+        assert torch.equal(gm(torch.arange(3.0)), f(torch.arange(3.0)))
+        with setting():
+            with pytest.raises(GuardError, match=re.escape(label)):
+                gm(torch.arange(3.0))
+
+    def test_the_getters_are_torchs_list(self):
+        """Every getter of torch's list of functions that take no tensors is covered."""
+        from specfx._capture.ambient import AMBIENT_GETTERS
+
+        ignored = {f.__name__ for f in torch.overrides.get_ignored_functions() if getattr(f, "__module__", "") == "torch"}
+        assert {"get_default_dtype", "are_deterministic_algorithms_enabled", "is_inference_mode_enabled",
+                "get_autocast_dtype", "get_default_device"} <= set(AMBIENT_GETTERS)
+        assert set(AMBIENT_GETTERS) <= ignored
+
+
 class TestRandomness:  # class 10
     def test_layer_drop_decision_is_a_guarded_bool(self):
         """`if torch.rand([]) < p` is a BOOL decision on a drawn value: refused, or guarded."""
@@ -774,6 +838,31 @@ class TestRandomness:  # class 10
         # each call draws anew: the traced branch when the draw agrees, GuardError when not
         outcomes = {same_or_guard(gm, traced_branch, torch.ones(2)) for _ in range(40)}
         assert outcomes == {"equal", "guard"}
+
+    @pytest.mark.parametrize("control", [
+        "torch.manual_seed(0)", "torch.random.manual_seed(0)", "torch.set_rng_state(torch.get_rng_state())",
+        "torch.initial_seed()", "torch.seed()",
+    ])
+    def test_rng_control_in_forward_is_refused(self, control):
+        """The graph records draws, not the state they start from: seeding or replaying in forward is refused
+        (and the trace leaves the RNG as it was)."""
+        namespace = {"torch": torch}
+        exec(f"def f(x):\n    {control}\n    return x + torch.randn(x.shape)\n", namespace)
+        state = torch.get_rng_state()
+        with pytest.raises(SpecializationError, match=r"(?s)inside the traced code: a graph records random draws, "
+                                                      r"not the generator state.*Fix: seed or set the generator"):
+            specfx.trace(namespace["f"], (torch.ones(2),))
+        assert torch.equal(torch.get_rng_state(), state)
+
+    def test_fork_rng_in_forward_is_refused(self):
+        def f(x):
+            with torch.random.fork_rng():
+                torch.manual_seed(5)
+                noise = torch.rand(x.shape)
+            return x + noise
+
+        with pytest.raises(SpecializationError, match=r"torch.random.fork_rng\(\) inside the traced code"):
+            specfx.trace(f, (torch.ones(2),))
 
     @pytest.mark.parametrize("draw", [
         "random.choice([1, 2])", "numpy.random.rand()", "numpy.random.randn()", "numpy.random.randint(0, 3)",

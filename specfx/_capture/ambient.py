@@ -9,7 +9,14 @@ the tracing context only):
 - ``torch.no_grad()`` / ``torch.enable_grad()`` / ``torch.set_grad_enabled()``
   regions are recorded as ``torch._C._set_grad_enabled`` nodes, as make_fx does;
 - ``torch.inference_mode()`` and ``torch.autocast()`` regions, and draws from Python's
-  ``random`` and numpy's ``random``, are refused: the graph cannot reproduce them.
+  ``random`` and numpy's ``random``, are refused: the graph cannot reproduce them;
+- every other process-wide setting model code reads through torch's getters
+  (``torch.get_default_dtype()``, ``torch.are_deterministic_algorithms_enabled()``,
+  ``torch.is_inference_mode_enabled()``, ``torch.get_autocast_dtype(...)``...: the getters of
+  torch's list of functions that take no tensors) is a graph node with a guarded answer;
+- RNG control in model code (``torch.manual_seed``, ``get_rng_state``/``set_rng_state``,
+  ``torch.random.fork_rng``, ``initial_seed``) is refused: a graph records draws, not the
+  state they start from.
 
 (``torch.is_tensor(x)`` needs no patch: it asks ``isinstance``, see _type_reads.py.)
 """
@@ -29,7 +36,7 @@ from .._frames.source import caller_outside_specfx, is_user_file, user_location
 from .values import value_of
 from ..errors import SpecializationError
 from .session import TraceSession
-from .._policy.messages import refused_inside_code
+from .._policy.messages import RNG_CONTROL_REFUSAL, refused_inside_code
 
 
 __all__ = ["install"]
@@ -39,6 +46,8 @@ has_side_effect(torch._C._set_grad_enabled)  # dead-code elimination must keep t
 _GRAD_MODE_FILE = torch.autograd.grad_mode.__file__
 _PYTHON_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choices", "shuffle", "sample",
                   "gauss", "normalvariate", "betavariate", "expovariate", "getrandbits", "triangular")
+# Reading or setting the state random draws start from: a graph records draws, not this.
+RNG_CONTROL = ("manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "fork_rng")
 _NUMPY_RANDOM = ("rand", "randn", "random", "random_sample", "randint", "uniform", "normal", "choice",
                  "permutation", "shuffle", "binomial", "beta", "poisson", "exponential")
 
@@ -49,9 +58,10 @@ def _refusal(what: str, why: str, fix: str) -> SpecializationError:
                                operation=what, location=str(location) if location else None)
 
 
-def _refuse_call(tracer: TraceSession, owner: Any, name: str, what: str, why: str, fix: str) -> Callable[..., Any]:
+def _refuse_call(tracer: TraceSession, owner: Any, name: str, what: str, why: str, fix: str,
+                 model_code_only: bool = False) -> Callable[..., Any]:
     def refused(*args: Any, **kwargs: Any) -> Any:
-        if not tracer.records_factories():
+        if not tracer.records_factories() or (model_code_only and not is_user_file(_caller_file())):
             return _patches.previous(owner, name)(*args, **kwargs)
         tracer.refuse(_refusal(what, why, fix))
 
@@ -63,6 +73,35 @@ def _caller_file() -> str:
     """The file of the code that called the patched function (past specfx's own dispatch frames)."""
     frame = caller_outside_specfx(sys._getframe(1))  # (this frame and the patch are specfx's)
     return frame.f_code.co_filename if frame is not None else "<unknown>"
+
+
+def _ambient_getters() -> Tuple[str, ...]:
+    """torch's functions that read process-wide settings: those of torch's own list of functions
+    that take no tensors (``torch.overrides.get_ignored_functions()``) named as getters, less
+    those answered elsewhere (grad mode, autocast on/off, the RNG state) or fixed per process."""
+    elsewhere = {"is_grad_enabled", "is_autocast_enabled", "get_rng_state", "is_tensor", "is_storage",
+                 "get_device_module", "is_vulkan_available"}
+    names = {getattr(f, "__name__", "") for f in torch.overrides.get_ignored_functions()
+             if getattr(f, "__module__", None) == "torch"}
+    return tuple(sorted(n for n in names if n.startswith(("get_", "is_", "are_")) and n not in elsewhere
+                        and callable(getattr(torch, n, None))))
+
+
+# torch.get_default_dtype(), torch.are_deterministic_algorithms_enabled(), torch.is_inference_mode_enabled(),
+# torch.get_float32_matmul_precision(), torch.get_autocast_dtype(...), ...
+AMBIENT_GETTERS = _ambient_getters()
+
+
+def _guarded_read(tracer: TraceSession, name: str) -> Callable[..., Any]:
+    def read(*args: Any, **kwargs: Any) -> Any:
+        original = _patches.previous(torch, name)
+        if (tracer.records_factories() and not kwargs and all(type(a) in (str, int, bool) for a in args)
+                and is_user_file(_caller_file())):
+            return tracer.read_ambient(original, name, args)  # model code reading it: a guarded answer
+        return original(*args, **kwargs)
+
+    read.__name__ = name
+    return read
 
 
 def install(tracer: TraceSession) -> None:
@@ -95,6 +134,8 @@ def install(tracer: TraceSession) -> None:
             return tracer.read_autocast(args[0] if args else "cuda")
         return original(*args, **kwargs)
 
+    for name in AMBIENT_GETTERS:
+        _patches.patch(torch, name, _guarded_read(tracer, name))
     _patches.patch(torch, "is_grad_enabled", is_grad_enabled)
     _patches.patch(torch, "is_autocast_enabled", is_autocast_enabled)
     _patches.patch(torch._C, "_set_grad_enabled", set_grad_enabled)
@@ -131,3 +172,9 @@ def install(tracer: TraceSession) -> None:
                       "on every call") for name in _NUMPY_RANDOM]
     for owner, name, what, why, fix in refusals:
         _patches.patch(owner, name, _refuse_call(tracer, owner, name, what, why, fix))
+    # RNG control in model code; torch's own code (checkpoint stashing the RNG state) is left alone
+    for owner in (torch, torch.random):
+        for name in RNG_CONTROL:
+            if callable(getattr(owner, name, None)):
+                _patches.patch(owner, name, _refuse_call(tracer, owner, name, f"{owner.__name__}.{name}()",
+                                                         *RNG_CONTROL_REFUSAL, model_code_only=True))

@@ -46,7 +46,9 @@ from .values import (
     state_of,
     value_of,
 )
+from ..errors import SpecializationError
 from ..guards import GuardKind
+from .roots import definition_line
 from .._checks.kinds import fingerprint, type_name
 
 __all__ = ["ValueDemands", "deferred_shapes"]
@@ -97,6 +99,7 @@ class ValueDemands:
     # SpecTracer.create_proxy (torch.fx's signature) and SpecTracer.refuse.
     create_proxy: Callable[..., Proxy]
     refuse: Callable[[BaseException], NoReturn]
+    records_factories: Callable[[], bool]
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -302,6 +305,34 @@ class ValueDemands:
     def none_attribute(self, proxy: ValueProxy, name: str) -> None:
         """Called for an attribute whose value is None (``x.grad``): None in the code, guarded."""
         return self._none(self._call(getattr, proxy, name))
+
+    def assign_attribute(self, proxy: ValueProxy, name: str, value: Any) -> None:
+        """Called for ``proxy.name = value`` in traced code: refused where a graph cannot
+        repeat it (an attribute of an input or of a model tensor; ``.data``, ``.grad`` or
+        ``.requires_grad`` of any tensor); else it stays on the traced value (read back later,
+        as eager reads back an attribute set on a tensor forward made)."""
+        if self._evaluating or not self.records_factories():
+            return
+        node = proxy.node
+        if is_input_path(node):
+            what = "an input"
+        elif node.op == "get_attr":
+            what = "a tensor of the model"
+        elif name in _messages.TENSOR_STATE and isinstance(value_of(proxy), torch.Tensor):
+            what = "a tensor"
+        else:
+            return
+        location = user_location()
+        self.refuse(SpecializationError(_messages.attribute_write(self.describe(proxy), name, what, location),
+                                        operation=f"{self.describe(proxy)}.{name} = ...",
+                                        location=str(location) if location else None))
+
+    def refuse_input_writes(self, root_fn: Callable[..., Any], writes: Any) -> None:
+        """Called when forward has returned having written to the lists or dicts it was given."""
+        location = definition_line(root_fn)
+        self.refuse(SpecializationError(_messages.input_container_writes(writes, location),
+                                        operation="a write to an input container",
+                                        location=str(location) if location else None))
 
     def note_python_attribute(self, proxy: ValueProxy, name: str, present: bool) -> None:
         """Called when the code asks an input for an attribute it lacks (``getattr(x, "scale",

@@ -53,5 +53,8 @@ class TraceSession(Protocol):
     def read_grad_mode(self, is_grad_enabled: Callable[[], bool]) -> bool:
         """Grad mode read by model code: answered and guarded."""
 
+    def read_ambient(self, getter: Callable[..., Any], name: str, args: Tuple[Any, ...]) -> Any:
+        """A process-wide setting read by model code through ``torch.<name>(*args)``: answered and guarded."""
+
     def read_autocast(self, device_type: str, assumed: Optional[bool] = None) -> bool:
         """Autocast state read by model code: answered and guarded."""

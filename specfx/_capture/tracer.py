@@ -754,6 +754,16 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                              "torch.is_grad_enabled()", "`torch.is_grad_enabled()`"))
         return mode
 
+    def read_ambient(self, getter: Callable[..., Any], name: str, args: Tuple[Any, ...]) -> Any:
+        """Called for a process-wide setting read by traced code (``torch.get_default_dtype()``,
+        ``torch.are_deterministic_algorithms_enabled()``...): a node, and a guarded answer."""
+        proxy = self._call(getter, *args)
+        value = value_of(proxy)
+        label = f"torch.{name}({', '.join(map(repr, args))})"
+        self.decide(Decision(proxy, GuardKind.VALUE, Specialize.NONE, value, (fingerprint(value),), label,
+                             f"`{label}`"))
+        return value
+
     def read_autocast(self, device_type: str, assumed: Optional[bool] = None) -> bool:
         """Called for ``torch.is_autocast_enabled(device_type)`` in traced code (``assumed`` None:
         the answer is the trace's, guarded) and when traced code turns autocast off

@@ -139,6 +139,8 @@ class ValueTracer(Protocol):
 
     def note_python_attribute(self, proxy: "ValueProxy", name: str, present: bool) -> None: ...
 
+    def assign_attribute(self, proxy: "ValueProxy", name: str, value: Any) -> None: ...
+
 # Tensor attributes/methods that read shapes (SHAPES) or data (SCALARS).
 SHAPE_ATTRIBUTES = frozenset({"shape", "ndim"})
 SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement"})
@@ -153,6 +155,8 @@ VALUE_ATTRIBUTES = SHAPE_ATTRIBUTES | TYPE_ATTRIBUTES
 
 
 _PLAIN_TYPES = frozenset({tuple, list, dict, int, float, bool, complex, str})
+# The attributes torch.fx's Proxy and Attribute set on themselves.
+_PROXY_FIELDS = frozenset({"tracer", "node", "root", "attr", "_node"})
 
 
 class ValueProxy(Proxy):
@@ -212,6 +216,13 @@ class ValueProxy(Proxy):
             return kind if plain else type(self)
         self.tracer.note_type_read(self, asker)
         return kind
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # torch.fx's own fields are the proxy's; any other assignment is the traced code's
+        # (`x.data = y`, `state.h = t`): the tracer refuses what a graph cannot repeat
+        if name not in _PROXY_FIELDS:
+            self.tracer.assign_attribute(self, name, value)
+        object.__setattr__(self, name, value)
 
     # -- value-demanding dunders: the tracer decides ---------------------------------
 

@@ -47,6 +47,7 @@ from ..errors import GuardError
 from ..guards import GUARD_FUNCTIONS
 from .._policy.messages import entry_structure_failure
 from .caught import raise_caught, retraced
+from .input_writes import ContainerSnapshot
 from .retrace import keep_leaves
 
 __all__ = ["StructuredCodeGen", "entry_only", "flatten_inputs", "is_plain", "leaf_kind", "rebuild_outputs", "structured_root"]
@@ -594,8 +595,13 @@ def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
         positional: List[Any] = []
         keywords: Dict[str, Any] = {}
         varargs = any(p.kind is inspect.Parameter.VAR_POSITIONAL and tree[p.name] for p in parameters)
+        given: List[Tuple[str, Any]] = []  # (the argument in the user's terms, its value)
         for parameter in parameters:
             value = tree[parameter.name]
+            if parameter.kind is inspect.Parameter.VAR_KEYWORD and isinstance(value, dict):
+                given += [(f"{parameter.name}[{k!r}]", v) for k, v in value.items()]
+            else:
+                given.append((parameter.name, value))
             if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
                 positional.extend(value)
             elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
@@ -606,7 +612,12 @@ def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
             else:
                 keywords[parameter.name] = value
         tracer.entering_root(root_fn, (root, *positional) if is_module else tuple(positional), keywords)
+        # (a graph cannot write to its caller's lists and dicts: the tracer refuses such writes)
+        snapshot = ContainerSnapshot(given) if retrace_spec is None else None
         result = call(root, *positional, **keywords) if is_module else call(*positional, **keywords)
+        writes = snapshot.writes() if snapshot is not None else None
+        if writes:
+            tracer.refuse_input_writes(root_fn, writes)
         return codegen.set_outputs(result)
 
     flatten_fn.__annotations__ = _return_annotation(fn)

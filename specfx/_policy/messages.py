@@ -7,7 +7,7 @@ pin, lives in one place.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from .describe import depends_on_text
 from .policy import Resolved, Specialize, keyword_of
@@ -15,7 +15,7 @@ from .spelling import spelling
 from .._frames.source import SourceLocation
 from ..errors import SpecializationError, compatible_error_class
 
-__all__ = ["autograd_function_argument", "calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "keyword_batch_positional", "list_example_failed", "list_is_one_argument", "meta_error", "model_class_given", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
+__all__ = ["RNG_CONTROL_REFUSAL", "TENSOR_STATE", "attribute_write", "autograd_function_argument", "calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "input_container_writes", "keyword_batch_positional", "list_example_failed", "list_is_one_argument", "meta_error", "model_class_given", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
 
 # What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
 # code matching on FX's messages keeps working when specfx runs without examples.
@@ -533,4 +533,44 @@ def autograd_function_argument(function: str, kind: str, location: Optional[Sour
         f"a custom autograd Function as one call, so that its backward runs as in eager.\n"
         f"Fix: pass it tensors, numbers and strings only (keep other objects on the Function or its module), "
         f"or make the module that calls it a leaf (leaf_modules=[...]).{where}"
+    )
+
+
+# (why, fix) of the refusal of RNG control in model code (torch.manual_seed(), get_rng_state()...)
+RNG_CONTROL_REFUSAL = (
+    "a graph records random draws, not the generator state they start from, so it would draw differently "
+    "from eager",
+    "seed or set the generator's state before calling the graph (or draw from a torch.Generator passed in)",
+)
+
+
+def input_container_writes(writes: List[str], location: Optional[SourceLocation]) -> str:
+    """forward wrote to the lists or dicts it was given (``writes``: one line per container)."""
+    where = f"\n  at {location.describe()}" if location else ""
+    return (
+        f"forward writes to the lists or dicts it was given ({'; '.join(writes)}): a graph cannot write to "
+        f"its caller's containers, so it would leave them as they were while eager changes them.\n"
+        f"Fix: return the new values from forward instead (`return out, cache + [k]`), or write into tensors "
+        f"in place (`buffer.copy_(k)`), which the graph repeats.{where}"
+    )
+
+
+# Tensor attributes whose assignment changes what a graph would have to repeat.
+TENSOR_STATE = frozenset({"data", "grad", "requires_grad"})
+
+
+def attribute_write(described: str, name: str, what: str, location: Optional[SourceLocation]) -> str:
+    """``x.name = value`` on a traced value (``what``: an input, a tensor of the model, a tensor)."""
+    if name == "data":
+        fix = (f"write the data in place, `with torch.no_grad(): {described}.copy_(new)`, which the graph "
+               f"repeats, or compute with the new tensor instead of `{described}`")
+    elif name in TENSOR_STATE:
+        fix = f"call `{described}.requires_grad_(...)`, or compute with the new value instead of assigning it"
+    else:
+        fix = "keep the value in a local variable, or return it from forward"
+    where = f"\n  at {location.describe()}" if location else ""
+    return (
+        f"`{described}.{name} = ...` assigns an attribute of {what} while tracing: a graph cannot repeat the "
+        f"assignment, so it would compute with `{described}` as it was and leave the caller's object "
+        f"unchanged.\nFix: {fix}.{where}"
     )
