@@ -52,6 +52,7 @@ from .foreign import PARAMETER_NEW, ForeignModules, parameter_made_in_forward
 from .held import reading_held_tensors
 from .python_draws import install as install_python_draws
 from .._policy.policy import Layer, Policy, Specialize
+from .python_state import PythonState, install_cache_bypass, install_warnings, namespaces, store_location
 from .roots import (default_to_concrete_values, definition_line, optional_parameters,
                      put_varargs_before_keyword_only, with_root_hooks)
 from .._policy.scope import annotations_active, fresh_layers, push_layer, reset_layers
@@ -70,6 +71,7 @@ from .values import (
     ValueProxy,
     value_of,
 )
+from ..errors import SpecializationError
 from ..guards import GuardKind
 from .._checks.kinds import fingerprint
 
@@ -229,12 +231,16 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             self._concrete_names = frozenset(concrete_args or ())
             self._scripted = ScriptedFunctions(self._is_tracing)
             self._trace_frame = sys._getframe()  # try blocks above it are the caller's, not the model's
+            spaces = namespaces(root) if self.examples is not None else []
+            python_state = PythonState(root, spaces) if self.examples is not None else None
             try:
                 with _patches.tracing():
                     _patches.confine_fx_tracing_flag()
                     if self.examples is not None:
                         _ambient.install(self)
                         self._foreign.watch()
+                        install_cache_bypass(self, spaces)
+                        install_warnings(self)
                     # (after ambient's refusals; without examples too: re-tracing generated code,
                     # as unpickling does, must record the graph's draws again)
                     install_python_draws(self, self.decisions.draws)
@@ -252,8 +258,12 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                     self._check_returned_frames(None)
                     self._fail_if_caught()
                     _caught.restore(graph, root)
-                    return graph
+                if python_state is not None:  # (compared once every patch of the trace is undone)
+                    self._refuse_python_state_changes(python_state, spaces, root)
+                return graph
             finally:
+                if python_state is not None:
+                    python_state.restore()
                 self._trace_frame = None
                 # (the walks' memo holds frames of the traced code, and their locals: let them go)
                 self._boundary, self._leaf_caller = (None, None, _caught.new_memo()), None
@@ -261,6 +271,16 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                 reset_layers(token)
                 annotations_active().reset(annotations)
                 _ACTIVE_TRACER.reset(active)
+
+    def _refuse_python_state_changes(self, python_state: PythonState, spaces: Any, root: Any) -> None:
+        changes = python_state.changes()
+        if changes:
+            python_state.restore()
+            location = store_location(changes, spaces, root) or definition_line(
+                root.forward if isinstance(root, torch.nn.Module) else root)
+            self.refuse(SpecializationError(_messages.python_state_changes(changes, location),
+                                            operation="a change to Python state",
+                                            location=str(location) if location else None))
 
     def constant_proxy(self, value: Any, prefix: str) -> Proxy:
         """A ``get_attr`` proxy of an object the graph must hold (a class it calls): kept on the

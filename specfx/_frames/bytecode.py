@@ -17,7 +17,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 __all__ = ["FORMS", "Attribute", "BytecodeForms", "CallSite", "Handler", "MATCH_CLASS", "NOT_A_CALL", "Name",
            "call_site_at", "call_sites", "clause_types", "constant_subscript_next", "exception_handlers",
-           "forms_for", "has_exception_handlers", "instruction_at"]
+           "forms_for", "has_exception_handlers", "instruction_at", "store_line"]
 
 
 class BytecodeForms(NamedTuple):
@@ -700,3 +700,15 @@ def call_site_at(frame: types.FrameType) -> Optional[CallSite]:
     if site is None:  # (3.11+) a frame that called Python code points into its call's inline cache
         site = sites.get(offsets[bisect.bisect_right(offsets, frame.f_lasti) - 1], NOT_A_CALL)
     return site
+
+
+def store_line(code: types.CodeType, globals_stored: "frozenset[str]", closure: bool) -> Optional[int]:
+    """The line of ``code``'s first store to one of the globals ``globals_stored`` (``global n;
+    n += 1``), or, with ``closure``, to a variable of its closure (``nonlocal n``); None if none."""
+    for inst in dis.get_instructions(code):
+        if (inst.opname == "STORE_GLOBAL" and inst.argval in globals_stored) or (
+                closure and inst.opname == "STORE_DEREF" and inst.argval in code.co_freevars):
+            positions = getattr(inst, "positions", None)
+            line = positions.lineno if positions is not None else getattr(inst, "starts_line", None)
+            return int(line or code.co_firstlineno)
+    return None

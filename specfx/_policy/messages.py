@@ -15,7 +15,7 @@ from .spelling import spelling
 from .._frames.source import SourceLocation
 from ..errors import SpecializationError, compatible_error_class
 
-__all__ = ["RNG_CONTROL_REFUSAL", "TENSOR_STATE", "attribute_write", "autograd_function_argument", "calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "input_container_writes", "keyword_batch_positional", "list_example_failed", "list_is_one_argument", "meta_error", "model_class_given", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
+__all__ = ["RNG_CONTROL_REFUSAL", "TENSOR_STATE", "attribute_write", "autograd_function_argument", "calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "input_container_writes", "keyword_batch_positional", "list_example_failed", "list_is_one_argument", "meta_error", "model_class_given", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "python_state_changes", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
 
 # What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
 # code matching on FX's messages keeps working when specfx runs without examples.
@@ -573,4 +573,16 @@ def attribute_write(described: str, name: str, what: str, location: Optional[Sou
         f"`{described}.{name} = ...` assigns an attribute of {what} while tracing: a graph cannot repeat the "
         f"assignment, so it would compute with `{described}` as it was and leave the caller's object "
         f"unchanged.\nFix: {fix}.{where}"
+    )
+
+
+def python_state_changes(changes: List[str], location: Optional[SourceLocation]) -> str:
+    """forward changed Python state outside the model and its inputs (put back before raising)."""
+    where = f"\n  at {location.describe()}" if location else ""
+    return (
+        f"forward changes Python state outside the model and its inputs ({'; '.join(changes[:5])}"
+        f"{'; ...' if len(changes) > 5 else ''}): a graph cannot repeat the change, so every call would "
+        f"compute with the value the trace saw while eager's moves on (specfx put it back).\n"
+        f"Fix: keep such state on the model as a tensor buffer updated in place (`self.steps.add_(1)`), "
+        f"which the graph repeats, or pass it in and return it.{where}"
     )
