@@ -596,7 +596,9 @@ class TestBytecodeForms:
     @staticmethod
     def _listing(*ops):
         import dis
-        return [dis.Instruction(opname, 0, None, argval, argrepr, offset, offset, False)
+        # (from a real instruction: Instruction's fields differ between Python versions)
+        template = next(iter(dis.get_instructions(lambda: None)))
+        return [template._replace(opname=opname, opcode=0, arg=None, argval=argval, argrepr=argrepr, offset=offset)
                 for offset, (opname, argval, argrepr) in enumerate(ops)]
 
     def test_constant_subscript_on_this_python(self):
