@@ -21,11 +21,12 @@ the model and the inputs. While specfx traces with example inputs:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import types
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import torch
 from torch.fx.node import has_side_effect
@@ -95,6 +96,7 @@ class PythonState:
         self._bindings: List[Tuple[str, Any, Dict[str, Any]]] = []  # (what, owner, copy of its entries)
         self._contents: List[Tuple[str, Any, Any]] = []  # (what, container, shallow copy)
         self._cells: List[Tuple[str, Any, Any]] = []  # (what, cell, value)
+        self.excused: Set[str] = set()
         for space in spaces:
             module = space.get("__name__", "?")
             self._bindings.append((module, space, dict(space)))
@@ -111,6 +113,21 @@ class PythonState:
                 self._cells.append((f"{function.__qualname__}: {name}", cell, cell.cell_contents))
             except ValueError:  # an empty cell
                 pass
+
+    @contextlib.contextmanager
+    def excusing(self) -> Iterator[None]:
+        """Changes made inside the ``with`` block are the graph's to repeat (a user-defined leaf
+        module or wrapped function ran for its value: the graph calls it again): not refused,
+        and still put back when the trace ends."""
+        before = set(self.changes())
+        try:
+            yield
+        finally:
+            self.excused |= set(self.changes()) - before
+
+    def refused_changes(self) -> List[str]:
+        """The changes forward's traced code made, which no graph call repeats."""
+        return [change for change in self.changes() if change not in self.excused]
 
     def changes(self) -> List[str]:
         """What forward changed, one line each."""

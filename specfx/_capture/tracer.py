@@ -45,7 +45,8 @@ from .._graph.retrace import anchor_tracer, grad_enabled
 from .._graph.specialization import Specialization
 from .deferred import DeferredValues
 from .demands import ValueDemands
-from .evaluation import StateView, Unevaluable, concrete_values, provenance, run_op, tensor_meta, tensor_metadata
+from .evaluation import (StateView, Unevaluable, concrete_values, provenance, run_op, runs_only_torch_code,
+                         tensor_meta, tensor_metadata)
 from .constants import GraphConstants, needs_attribute
 from .factories import check_generator, record_factories
 from .foreign import PARAMETER_NEW, ForeignModules, parameter_made_in_forward
@@ -56,7 +57,7 @@ from .python_state import PythonState, install_cache_bypass, install_warnings, n
 from .roots import (default_to_concrete_values, definition_line, optional_parameters,
                      put_varargs_before_keyword_only, with_root_hooks)
 from .._policy.scope import annotations_active, fresh_layers, push_layer, reset_layers
-from .._frames.source import SourceLocation, user_location
+from .._frames.source import SourceLocation, is_user_file, user_location
 from .state import NO_STATE
 from .._graph.structure import StructuredCodeGen, structured_root
 from .._graph.structure import create_args as create_structured_args
@@ -209,6 +210,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self.attribute_holders: Optional[list[Tuple[str, torch.nn.Module]]] = None
         # frames that compare type(x), checked again when they return (_check_returned_frames)
         self._watched_frames: Dict[int, types.FrameType] = {}
+        # Python state outside the model, remembered while a trace with examples runs (python_state.py)
+        self._python_state: Optional[PythonState] = None
 
     @property
     def specializations(self) -> list[Specialization]:
@@ -232,7 +235,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             self._scripted = ScriptedFunctions(self._is_tracing)
             self._trace_frame = sys._getframe()  # try blocks above it are the caller's, not the model's
             spaces = namespaces(root) if self.examples is not None else []
-            python_state = PythonState(root, spaces) if self.examples is not None else None
+            python_state = self._python_state = PythonState(root, spaces) if self.examples is not None else None
             try:
                 with _patches.tracing():
                     _patches.confine_fx_tracing_flag()
@@ -264,6 +267,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             finally:
                 if python_state is not None:
                     python_state.restore()
+                    self._python_state = None
                 self._trace_frame = None
                 # (the walks' memo holds frames of the traced code, and their locals: let them go)
                 self._boundary, self._leaf_caller = (None, None, _caught.new_memo()), None
@@ -273,7 +277,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                 _ACTIVE_TRACER.reset(active)
 
     def _refuse_python_state_changes(self, python_state: PythonState, spaces: Any, root: Any) -> None:
-        changes = python_state.changes()
+        changes = python_state.refused_changes()
         if changes:
             python_state.restore()
             location = store_location(changes, spaces, root) or definition_line(
@@ -664,6 +668,9 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         fx_flag = _patches.fx_tracing_off()  # leaves that ask "am I traced?" run as in eager
         try:
             leaf = self._submodule(target) if kind == "call_module" else None
+            if self._python_state is not None and _runs_user_code(kind, target, leaf):
+                with self._python_state.excusing():  # (the graph calls it again: its changes repeat)
+                    return run_op(self.root, kind, target, values[0], values[1], self.state, leaf)
             return run_op(self.root, kind, target, values[0], values[1], self.state, leaf)
         except Unevaluable:
             return MISSING
@@ -806,6 +813,17 @@ def _describe_call(kind: str, target: Any) -> str:
     if kind == "call_module":
         return f"self.{target}(...)"
     return f"{getattr(target, '__module__', '') or ''}.{getattr(target, '__qualname__', target)}()".lstrip(".")
+
+
+def _runs_user_code(kind: str, target: Any, leaf: Optional[torch.nn.Module]) -> bool:
+    """Whether computing a node's value runs code of the user's that the graph runs again: a
+    user-defined leaf module, a wrapped function, a custom autograd Function's forward."""
+    if kind == "call_module":
+        return leaf is not None and not runs_only_torch_code(leaf)
+    if kind == "call_method":
+        return target == "apply"
+    code = getattr(target, "__code__", None)
+    return kind == "call_function" and code is not None and is_user_file(code.co_filename)
 
 
 def _is_generated(root: Any) -> bool:
