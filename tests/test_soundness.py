@@ -941,3 +941,38 @@ class TestPolicyExactly:  # class 11
 
         with pytest.raises(SpecializationError, match="BOOL"):
             specfx.trace(f, torch.ones(2))
+
+
+class TestBuiltinsOfTracedValues:  # builtins answered as the value, or recorded
+    def test_callable_answers_as_the_value(self):
+        """`callable(x)` is False for a tensor (transformers' torch_compilable_check asks it of every
+        input), True for a traced value that is callable."""
+        def f(x, act=None):
+            if callable(x):
+                return x
+            return x.relu() if callable(x.relu) else x
+
+        gm = specfx.trace(f, (torch.randn(3),))
+        x = torch.randn(3)
+        assert torch.equal(gm(x), f(x))
+
+    @pytest.mark.parametrize("policy", [Policy(), Policy(specfx.Specialize.ALL)])
+    def test_divmod_and_round_of_sizes(self, policy):
+        """Without SHAPES the quotient, remainder and rounded size stay symbolic (nodes calling the
+        builtin); with it they are guarded sizes."""
+        def f(x):
+            rows, extra = divmod(x.shape[-1], 2)
+            return x[..., :rows] * (extra + 1) * round(x.shape[0] / 3)
+
+        gm = specfx.trace(f, (torch.ones(4, 5),), policy=policy)
+        for x in (torch.ones(4, 5), torch.ones(5, 7)):
+            assert same_or_guard(gm, f, x) == ("guard" if policy.flags and x.shape != (4, 5) else "equal")
+
+    def test_round_of_a_scalar_and_reflected_divmod(self):
+        def f(x):
+            q, r = divmod(7, x.shape[0])
+            return x * q + r + round(x.sum().item(), 1)
+
+        gm = specfx.trace(f, (torch.ones(3),))
+        for x in (torch.ones(3), torch.full((2,), 0.37)):
+            assert same_or_guard(gm, f, x) == "equal"

@@ -23,6 +23,7 @@ the tracing context only):
 
 from __future__ import annotations
 
+import builtins
 import random
 import sys
 import types
@@ -33,7 +34,7 @@ from torch.fx.node import has_side_effect
 
 from . import patches as _patches
 from .._frames.source import caller_outside_specfx, is_user_file, user_location
-from .values import value_of
+from .values import MISSING, value_of
 from ..errors import SpecializationError
 from .session import TraceSession
 from .._policy.messages import RNG_CONTROL_REFUSAL, refused_inside_code
@@ -134,6 +135,17 @@ def install(tracer: TraceSession) -> None:
             return tracer.read_autocast(args[0] if args else "cuda")
         return original(*args, **kwargs)
 
+    def answer_callable(obj: Any) -> bool:
+        # `callable(x)` on a traced value answers as the value does (a tensor is not callable;
+        # transformers' torch_compilable_check asks it of every input); a proxy's class has
+        # __call__ for torch.fx's sake, so the builtin would answer True for every traced value
+        if isinstance(obj, torch.fx.Proxy) and "_specfx" in obj.__dict__:
+            value = value_of(obj)
+            if value is not MISSING:
+                return callable(value)
+        return bool(_patches.previous(builtins, "callable")(obj))
+
+    _patches.patch(builtins, "callable", answer_callable)
     for name in AMBIENT_GETTERS:
         _patches.patch(torch, name, _guarded_read(tracer, name))
     _patches.patch(torch, "is_grad_enabled", is_grad_enabled)

@@ -288,6 +288,23 @@ def _in_place(operator_name: str) -> Any:
     return in_place
 
 
+def _recorded(function: Any, reflected: bool = False) -> Any:
+    def method(self: ValueProxy, *args: Any) -> Any:
+        # divmod() and round() of a traced value (a size, a scalar, a tensor): a node calling the
+        # builtin when the graph runs, so the value stays symbolic (torch.fx's Proxy has neither)
+        if value_of(self) is MISSING:
+            raise TypeError(f"type {type(self).__name__} doesn't define __{function.__name__}__ method")
+        operands = (args[0], self) if reflected else (self, *args)
+        return self.tracer.create_proxy("call_function", function, operands, {})
+
+    method.__name__ = f"__{'r' if reflected else ''}{function.__name__}__"
+    return method
+
+
+for _function, _reflected in ((round, False), (divmod, False), (divmod, True)):
+    setattr(ValueProxy, f"__{'r' if _reflected else ''}{_function.__name__}__", _recorded(_function, _reflected))
+
+
 for _name in ("iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul",
               "iand", "ior", "ixor", "ilshift", "irshift"):
     setattr(ValueProxy, f"__{_name}__", _in_place(_name))
