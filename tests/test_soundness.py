@@ -976,3 +976,13 @@ class TestBuiltinsOfTracedValues:  # builtins answered as the value, or recorded
         gm = specfx.trace(f, (torch.ones(3),))
         for x in (torch.ones(3), torch.full((2,), 0.37)):
             assert same_or_guard(gm, f, x) == "equal"
+
+    def test_class_attribute_read_answers_as_the_value_and_is_guarded(self):
+        """`x.__class__ is torch.Tensor` in model code reads the value's class (guarded by exact class)."""
+        def f(x):
+            return x * 2 if x.__class__ is torch.Tensor else x
+
+        gm = specfx.trace(f, (torch.ones(2),))
+        assert torch.equal(gm(torch.ones(2)), torch.full((2,), 2.0))
+        with pytest.raises(GuardError):
+            gm(nn.Parameter(torch.ones(2)))

@@ -33,7 +33,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from .bytecode import Attribute, Name, call_site_at
+from .bytecode import Attribute, Name, call_site_at, instruction_at
 from .source import is_user_file
 
 __all__ = ["CannotTell", "isinstance_asker"]
@@ -101,6 +101,10 @@ def isinstance_asker(frame: types.FrameType) -> Optional[types.FrameType]:
         user = _USER_CODE[code] = is_user_file(code.co_filename)
     if not user:
         return None
+    if accepted is _ISINSTANCE:
+        instruction = instruction_at(frame)
+        if instruction is not None and instruction.opname.startswith("LOAD_ATTR") and instruction.argval == "__class__":
+            return frame  # `x.__class__ is torch.Tensor`: model code reading the class itself
     site = call_site_at(frame)
     if site is None:
         raise CannotTell(frame)
