@@ -249,6 +249,7 @@ class DropThenBranch(nn.Module):
 
 
 def appends_then_sums(xs, x):
+    xs = list(xs)  # (appending to the caller's list itself is refused: tests/test_input_writes.py)
     xs.append(x)
     return sum(xs)
 
