@@ -41,6 +41,7 @@ from ._frames.source import SourceLocation  # named by pickles of records
 from ._graph.retrace import call_function, call_method, getitem, grad_enabled  # called by generated graph code
 from ._graph.caught import raise_caught  # called by generated graph code
 from ._graph.python_random import python_random  # called by generated graph code
+from ._graph.message_text import format_message  # called by generated graph code
 from ._frames.caught import rebuild_caught  # named by pickles of marked graphs
 from ._graph.report import explain, specializations
 from ._policy.scope import specialize
@@ -86,6 +87,7 @@ __all__ = [
     "explain",
     "export",
     "flatten_inputs",
+    "format_message",
     "getitem",
     "grad_enabled",
     "guard_device",

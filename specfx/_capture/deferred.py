@@ -40,6 +40,21 @@ class DeferredFailure(BaseException):
 # (proxy, kind, target, args, kwargs, leaf module of a call_module node, grad mode when recorded)
 Pending = Tuple[ValueProxy, str, Any, Tuple[Any, ...], Dict[str, Any], Optional[torch.nn.Module], bool]
 
+_CONTAINERS = frozenset({list, dict, tuple})
+
+
+def _as_now(value: Any) -> Any:
+    """``value`` with its lists and dicts (at any depth) copied: their contents as they are now."""
+    kind = type(value)
+    if kind is list:
+        return [_as_now(item) for item in value]
+    if kind is tuple:
+        return tuple(_as_now(item) for item in value)
+    if kind is dict:
+        return {key: _as_now(item) for key, item in value.items()}
+    return value
+
+
 # Types of values that torch's ops, tensor methods and Python's operators on them handle
 # without calling code of the user's (a tensor subclass may, through __torch_function__).
 _PLAIN_VALUES = frozenset({
@@ -65,6 +80,12 @@ class DeferredValues:
             leaf: Optional[torch.nn.Module]) -> None:
         """Record ``proxy``'s op to compute its value later."""
         proxy.__dict__["_specfx"] = PENDING
+        # The op reads its list and dict arguments now, as eager does: the code may append to
+        # them before the value is computed (DenseNet's `features.append(layer(features))`).
+        if any(type(arg) in _CONTAINERS for arg in args):
+            args = _as_now(args)
+        if kwargs and any(type(arg) in _CONTAINERS for arg in kwargs.values()):
+            kwargs = _as_now(kwargs)
         self.pending.append((proxy, kind, target, args, kwargs, leaf, torch._C.is_grad_enabled()))
 
     def take(self) -> List[Pending]:

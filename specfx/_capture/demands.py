@@ -26,7 +26,9 @@ from torch.fx.node import Node
 from torch.fx.proxy import Proxy
 
 from .._policy import messages as _messages
-from .._frames.bytecode import constant_subscript_next, unpack_count
+from .._frames.bytecode import constant_subscript_next, unpack_count, unpacked_next
+from .._frames.message_flow import GRAPH, message_sink
+from .._graph.message_text import placeholder
 from .decisions import Decider, Decision
 from .._policy.describe import is_input_path
 from .evaluation import Unevaluable, proxies_in
@@ -95,6 +97,8 @@ class ValueDemands:
     _evaluating: int
     _base_layer: Layer
     _module_path: list[str]
+    examples: Optional[Dict[str, Any]]
+    message_values: list[Tuple[ValueProxy, str]]
 
     # SpecTracer.create_proxy (torch.fx's signature) and SpecTracer.refuse.
     create_proxy: Callable[..., Proxy]
@@ -138,6 +142,25 @@ class ValueDemands:
 
     # -- value demands --
 
+    def _message_sink(self, frame: Optional[types.FrameType]) -> Optional[str]:
+        """Whether the text that ``frame`` (else the innermost user frame) builds from a traced
+        value only feeds a message (``_frames/message_flow.py``): ``GRAPH``, ``TEXT`` or None."""
+        if self._evaluating:
+            raise Unevaluable()
+        if self.examples is None:
+            return None
+        frame = frame if frame is not None else user_frame()
+        return message_sink(frame) if frame is not None else None
+
+    def _flag_for(self, proxy: ValueProxy, flag: Specialize) -> Specialize:
+        """``flag``, or SHAPES for a value computed from shapes alone when the policy grants
+        SHAPES: the truth of `h > 1` and the length of `x.shape` are decisions on sizes."""
+        if type(proxy) is ValueProxy and state_of(proxy).from_shapes:
+            flags = self._resolved().flags
+            if Specialize.SHAPES in flags and flag not in flags:
+                return Specialize.SHAPES
+        return flag
+
     def _require_value(self, proxy: ValueProxy, operation: str, flag: Specialize, kind: str) -> Any:
         if self._evaluating:
             raise Unevaluable()
@@ -165,7 +188,7 @@ class ValueDemands:
         operation = f"bool() of `{text}`"
         value = self._require_value(obj, operation, Specialize.BOOL, "bool")
         truth = None if _is_meta(value) else bool(value)
-        self.decide(Decision(obj, GuardKind.BOOL, Specialize.BOOL, truth, (truth,), f"bool({text})", operation,
+        self.decide(Decision(obj, GuardKind.BOOL, self._flag_for(obj, Specialize.BOOL), truth, (truth,), f"bool({text})", operation,
                              needs_data=isinstance(value, torch.Tensor), fix=_config_fix(obj, value)))
         return bool(truth)
 
@@ -174,7 +197,7 @@ class ValueDemands:
         text = self.describe(proxy)
         operation = f"len() of `{text}`"
         length = len(self._require_value(proxy, operation, Specialize.ITER_LEN, "len"))
-        self.decide(Decision(proxy, GuardKind.LEN, Specialize.ITER_LEN, length, (length,), f"len({text})",
+        self.decide(Decision(proxy, GuardKind.LEN, self._flag_for(proxy, Specialize.ITER_LEN), length, (length,), f"len({text})",
                              operation, key=(proxy.node, "length")))
         return length
 
@@ -196,7 +219,8 @@ class ValueDemands:
             return self._iterate_mapping(obj, value, mapping)
         length = len(value)
         # `a, b = t` is fixed by the code itself (eager raises on another length): always allowed.
-        kind, flag = (GuardKind.UNPACK, Specialize.NONE) if count is not None else (GuardKind.ITER, Specialize.ITER_LEN)
+        kind, flag = ((GuardKind.UNPACK, Specialize.NONE) if count is not None
+                      else (GuardKind.ITER, self._flag_for(obj, Specialize.ITER_LEN)))
         self.decide(Decision(obj, kind, flag, length, (length,), f"len({text})",
                              f"iterating over `{text}` (a loop, *{text}, tuple() or list())",
                              key=(obj.node, "length")))
@@ -218,26 +242,40 @@ class ValueDemands:
             return ((k, source[k]) for k in keys)
         return iter(keys)
 
-    def resolve_number(self, proxy: ValueProxy, conversion: str) -> Any:
+    def resolve_number(self, proxy: ValueProxy, conversion: str, frame: Optional[types.FrameType] = None) -> Any:
         """Called for ``int(proxy)``, ``float(proxy)`` and ``operator.index(proxy)``
         (``range(n)``, list indexing): SHAPES for values computed from shapes, else SCALARS."""
         kind, convert, spelled = _CONVERSIONS[conversion]
+        if self._message_sink(frame) is not None:  # `"%d" % n` for a message: not a decision
+            return convert(value_of(proxy))
         text = self.describe(proxy)
         operation = f"{spelled}() of `{text}`"
         flag = Specialize.SHAPES if state_of(proxy).from_shapes else Specialize.SCALARS
         value = self._require_value(proxy, operation, flag, conversion)
+        if self._decided_as_size(proxy, value):
+            return convert(value)
         number = None if _is_meta(value) else convert(value)
         self.decide(Decision(proxy, kind, flag, number, (number,), f"{spelled}({text})", operation,
                              needs_data=isinstance(value, torch.Tensor), fix=_config_fix(proxy, value)))
         return number
 
-    def resolve_format(self, proxy: ValueProxy, spec: str) -> str:
+    def resolve_format(self, proxy: ValueProxy, spec: str, frame: Optional[types.FrameType] = None) -> str:
         """Called for ``format(proxy)`` (f-strings): the value's text, a SHAPES decision for
-        values computed from shapes, else SCALARS, guarded on the value."""
+        values computed from shapes, else SCALARS, guarded on the value; free when the text
+        only feeds a message (``torch._assert``, an exception, a warning: _message_flow.py)."""
+        sink = self._message_sink(frame)
+        if sink is not None:
+            text = format(value_of(proxy), spec)
+            if sink != GRAPH:
+                return text
+            self.message_values.append((proxy, spec))  # formatted at run time by the graph
+            return placeholder(len(self.message_values) - 1, text)
         text = self.describe(proxy)
         operation = f"formatting `{text}`"
         flag = Specialize.SHAPES if state_of(proxy).from_shapes else Specialize.SCALARS
         value = self._require_value(proxy, operation, flag, "format")
+        if self._decided_as_size(proxy, value):
+            return format(value, spec)
         if isinstance(value, torch.Tensor):
             value = value.tolist() if not _is_meta(value) else None  # guarded as Python values
             proxy = self._call(torch.Tensor.tolist, proxy)
@@ -253,6 +291,8 @@ class ValueDemands:
         operation = f"hashing `{text}` (a dict or set lookup)"
         flag = Specialize.SHAPES if state_of(proxy).from_shapes else Specialize.SCALARS
         value = self._require_value(proxy, operation, flag, "hash")
+        if self._decided_as_size(proxy, value):
+            return hash(value)
         self.decide(Decision(proxy, GuardKind.VALUE, flag, value, (fingerprint(value),), text, operation))
         return hash(value)
 
@@ -345,8 +385,12 @@ class ValueDemands:
                              f"hasattr({text}, {name!r})", f"`{text}.{name}`"))
 
     def _read_shape(self, proxy: ValueProxy, name: str, attribute: Any, frame: Optional[types.FrameType]) -> Any:
-        """``proxy.shape`` / ``proxy.ndim``: ints under SHAPES, else a symbolic node."""
-        if not self._shapes_allowed(proxy) or (name != "ndim" and self._defers_shapes(proxy)):
+        """``proxy.shape`` / ``proxy.ndim``: ints under SHAPES, else a symbolic node. Under
+        SHAPES too, a shape unpacked into names (``n, c, h, w = x.shape``) or read for a
+        message only stays symbolic: each name is decided (as that dimension) where the code
+        needs it as an int, so only the dims used are guarded."""
+        if (not self._shapes_allowed(proxy) or (name != "ndim" and self._defers_shapes(proxy))
+                or (name == "shape" and self._symbolic_shape(proxy, frame))):
             symbolic = ValueAttribute(proxy, name, attribute)
             symbolic.__dict__["_specfx"] = ProxyState(attribute, from_shapes=True)
             return symbolic
@@ -356,21 +400,24 @@ class ValueDemands:
             return attribute
         dim = constant_subscript_next(frame)
         if dim is not None and -len(attribute) <= dim < len(attribute):
-            # `x.shape[1]` reads one dimension: guard that one, as x.size(1) does
+            # `w.shape[1]` reads one dimension: guard that one, as w.size(1) does
             self._decide_shape(proxy, GuardKind.SIZE, attribute[dim], f"{text}.size({dim})", (dim, attribute[dim]))
         else:
             self._decide_shape(proxy, GuardKind.SHAPE, tuple(attribute), f"{text}.shape", (tuple(attribute),))
         return attribute
 
-    def call_method(self, root: ValueProxy, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    def call_method(self, root: ValueProxy, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                    frame: Optional[types.FrameType] = None) -> Any:
         """Called for ``proxy.name(...)``: shape methods under SHAPES and
-        ``.item()``/``.tolist()`` under SCALARS return Python values; all else is a node."""
+        ``.item()``/``.tolist()`` under SCALARS return Python values; all else is a node.
+        ``frame`` is the frame that calls it (else the innermost frame of user code)."""
         value = value_of(root)
         if isinstance(value, torch.Tensor) and name in TYPE_METHODS:
             return self._read_type(root, name, getattr(value, name)(*args, **kwargs))
         if isinstance(value, torch.Tensor) and not any(True for _ in proxies_in(args, kwargs)):
             if name in SHAPE_METHODS and self._shapes_allowed(root) and not (
-                    name != "dim" and self._defers_shapes(root)):
+                    (name != "dim" and self._defers_shapes(root))
+                    or (name == "size" and self._symbolic_shape(root, frame))):
                 return self._read_shape_method(root, name, value, args, kwargs)
             if name in SCALAR_METHODS and Specialize.SCALARS in self._resolved().flags:
                 result = None if _is_meta(value) else getattr(value, name)(*args, **kwargs)
@@ -394,6 +441,27 @@ class ValueDemands:
             spelled = f"{text}.ndim" if name == "dim" else f"{text}.numel()"
             self._decide_shape(root, _SHAPE_METHOD_KINDS[name], result, spelled, (result,))
         return result
+
+    def _symbolic_shape(self, proxy: ValueProxy, frame: Optional[types.FrameType]) -> bool:
+        """Whether a shape read (``x.shape``, ``x.size()``, ``x.size(d)``) that SHAPES grants
+        stays symbolic: unpacked into names at once, or only formatted into a message."""
+        if _is_parameter_node(proxy) or self._evaluating:
+            return False
+        frame = frame if frame is not None else user_frame()
+        if frame is None:
+            return False
+        return unpacked_next(frame) or self._message_sink(frame) is not None
+
+    def _decided_as_size(self, proxy: ValueProxy, value: Any) -> bool:
+        """A value that is one dimension of a tensor (``h`` of ``n, c, h, w = x.shape``), read
+        as a Python value under SHAPES: decided and guarded as that dimension, ``x.size(2) == h``."""
+        dim = state_of(proxy).dim
+        if (dim is None or dim[1] is None or type(value) is not int
+                or Specialize.SHAPES not in self._resolved().flags):
+            return False  # (not granted: refused below, naming the operation)
+        tensor, index = dim
+        self._decide_shape(tensor, GuardKind.SIZE, value, f"{self.describe(tensor)}.size({index})", (index, value))
+        return True
 
     def _shapes_allowed(self, proxy: ValueProxy) -> bool:
         resolved = self._resolved()

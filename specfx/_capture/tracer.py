@@ -20,6 +20,7 @@ import contextvars
 import dataclasses
 import inspect
 import math
+import operator
 import sys
 import threading
 import types
@@ -61,12 +62,14 @@ from .._frames.source import SourceLocation, is_user_file, user_location
 from .state import NO_STATE
 from .._graph.structure import StructuredCodeGen, structured_root
 from .._graph.structure import create_args as create_structured_args
+from .._graph.message_text import format_message, has_placeholders, split_placeholders
 from .outputs import unrepresentable_output_error
 from .scripted import ScriptedFunctions
 from .transformers import install_transformers_support
 from .wrapped_root import call_through_wrapper, is_wrapped
 from .values import (
     MISSING,
+    ValueAttribute,
     PENDING,
     ProxyState,
     ValueProxy,
@@ -212,6 +215,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._watched_frames: Dict[int, types.FrameType] = {}
         # Python state outside the model, remembered while a trace with examples runs (python_state.py)
         self._python_state: Optional[PythonState] = None
+        # traced values formatted into a message the graph records (see _message_flow.py)
+        self.message_values: list[Tuple[ValueProxy, str]] = []
 
     @property
     def specializations(self) -> list[Specialization]:
@@ -545,6 +550,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         computed when first read (_deferred.py)."""
         if self._evaluating:
             raise Unevaluable()
+        if self.message_values and kind == "call_function":
+            args = self._with_run_time_messages(args)
         if self.examples is None and kind != "get_attr" and kind != "placeholder":
             # without examples nothing runs, as in torch.fx (_evaluate's answer, without the call)
             proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
@@ -572,12 +579,29 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             self._protect(proxy, sys._getframe(1))  # (create_proxy's caller)
         return proxy
 
+    def _with_run_time_messages(self, args: Tuple[Any, ...]) -> Tuple[Any, ...]:
+        """``args`` with each message that formats traced values (placeholders, see
+        _message_flow.py) replaced by a node that formats their run-time values."""
+        if not any(has_placeholders(arg) for arg in args):
+            return args
+        replaced = []
+        for arg in args:
+            if has_placeholders(arg):
+                literals, indices = split_placeholders(arg)
+                parts = [self.message_values[i] for i in indices]
+                specs = tuple(spec for _, spec in parts)
+                arg = self.create_proxy("call_function", format_message,
+                                        (literals, specs, *(proxy for proxy, _ in parts)), {})
+            replaced.append(arg)
+        return tuple(replaced)
+
     def _attach(self, proxy: ValueProxy, kind: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any],
                 value: Any) -> None:
         from_shapes, degenerate = provenance(kind, target, args, kwargs, value)
         mapping = (args[0] if kind == "call_method" and target in _VIEW_METHODS
                    and isinstance(value_of(args[0]), dict) else None)
-        proxy.__dict__["_specfx"] = ProxyState(value, from_shapes, degenerate, mapping)
+        proxy.__dict__["_specfx"] = ProxyState(value, from_shapes, degenerate, mapping,
+                                               _dimension(kind, target, args, kwargs) if from_shapes else None)
         if value is MISSING:
             return
         meta = tensor_metadata(value) if type(value) is torch.Tensor else tensor_meta(value)
@@ -801,6 +825,29 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self.decide(Decision(proxy, GuardKind.VALUE, Specialize.NONE, enabled, (enabled,),
                              f"torch.is_autocast_enabled({device_type!r})", operation))
         return enabled
+
+
+def _dimension(kind: str, target: Any, args: Tuple[Any, ...],
+               kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Optional[int]]]:
+    """(tensor proxy, dim) when the node reads one dimension of a tensor: ``x.shape[d]`` or
+    ``x.size(d)`` with a constant ``d``, or an element of ``x.size()`` (decisions on it are
+    guarded as that size); (tensor proxy, None) for ``x.size()`` itself."""
+    if kind == "call_function" and target is operator.getitem and len(args) == 2 and type(args[1]) is int:
+        shape = args[0]
+        if isinstance(shape, ValueAttribute):
+            if shape.attr == "shape" and type(shape.root) is ValueProxy:
+                return shape.root, args[1]
+        elif type(shape) is ValueProxy:
+            state = shape.__dict__.get("_specfx")
+            if state is not None and state is not PENDING and state.dim is not None and state.dim[1] is None:
+                return state.dim[0], args[1]
+    elif kind == "call_method" and target == "size" and type(args[0]) is ValueProxy:
+        dims = args[1:] or tuple(kwargs.values())
+        if not dims:
+            return args[0], None
+        if len(dims) == 1 and type(dims[0]) is int:
+            return args[0], dims[0]
+    return None
 
 
 def _where(location: Optional[SourceLocation]) -> str:

@@ -57,13 +57,16 @@ class ProxyState(NamedTuple):
     ``value``: the concrete example value (``MISSING`` when traced symbolically);
     ``from_shapes``: computed from shapes only (``int()`` of it is a SHAPES decision);
     ``degenerate``: read from a size-0/1 dimension; ``mapping``: for a
-    ``d.keys()``/``values()``/``items()`` view, the proxy of the dict ``d``.
+    ``d.keys()``/``values()``/``items()`` view, the proxy of the dict ``d``; ``dim``: for
+    one dimension of a tensor (``x.shape[1]``, ``x.size(1)``), the tensor's proxy and the dim
+    (None for ``x.size()`` itself).
     """
 
     value: Any = MISSING
     from_shapes: bool = False
     degenerate: bool = False
     mapping: Optional["ValueProxy"] = None
+    dim: Optional[Tuple["ValueProxy", Optional[int]]] = None
 
 
 _NO_STATE = ProxyState()
@@ -110,7 +113,8 @@ class ValueTracer(Protocol):
 
     def resolve_len(self, proxy: "ValueProxy") -> int: ...
 
-    def resolve_number(self, proxy: "ValueProxy", conversion: str) -> Any: ...
+    def resolve_number(self, proxy: "ValueProxy", conversion: str,
+                       frame: Optional[types.FrameType] = None) -> Any: ...
 
     def resolve_contains(self, proxy: "ValueProxy", item: Any) -> bool: ...
 
@@ -121,7 +125,8 @@ class ValueTracer(Protocol):
     def read_attribute(self, proxy: "ValueProxy", name: str, attribute: Any,
                        frame: Optional[types.FrameType] = None) -> Any: ...
 
-    def call_method(self, root: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any: ...
+    def call_method(self, root: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                    frame: Optional[types.FrameType] = None) -> Any: ...
 
     def note_type_read(self, proxy: "ValueProxy", frame: types.FrameType) -> None: ...
 
@@ -133,7 +138,7 @@ class ValueTracer(Protocol):
 
     def none_attribute(self, proxy: "ValueProxy", name: str) -> None: ...
 
-    def resolve_format(self, proxy: "ValueProxy", spec: str) -> str: ...
+    def resolve_format(self, proxy: "ValueProxy", spec: str, frame: Optional[types.FrameType] = None) -> str: ...
 
     def resolve_hash(self, proxy: "ValueProxy") -> int: ...
 
@@ -236,20 +241,21 @@ class ValueProxy(Proxy):
     def __len__(self) -> int:
         return self.tracer.resolve_len(self)
 
+    # (the frame that converts or formats, taken here: a message built from it is free)
     def __int__(self) -> int:
-        return self.tracer.resolve_number(self, "int")
+        return self.tracer.resolve_number(self, "int", sys._getframe(1))
 
     def __float__(self) -> float:
-        return self.tracer.resolve_number(self, "float")
+        return self.tracer.resolve_number(self, "float", sys._getframe(1))
 
     def __index__(self) -> int:
-        return self.tracer.resolve_number(self, "index")
+        return self.tracer.resolve_number(self, "index", sys._getframe(1))
 
     def __format__(self, spec: str) -> str:
         # f"{x.shape[0]}" and str(n) must read the value, not "Proxy(getitem)"
         if value_of(self) is MISSING:
             return format(Proxy.__repr__(self), spec)  # traced symbolically: torch.fx's text
-        return self.tracer.resolve_format(self, spec)
+        return self.tracer.resolve_format(self, spec, sys._getframe(1))
 
     def __hash__(self) -> int:
         # {2: a, 3: b}.get(n) and `n in {2, 3}` hash a traced Python value: its value's hash is
@@ -261,7 +267,7 @@ class ValueProxy(Proxy):
     def __str__(self) -> str:
         if value_of(self) is MISSING:
             return Proxy.__repr__(self)  # traced symbolically: torch.fx's text
-        return self.tracer.resolve_format(self, "")
+        return self.tracer.resolve_format(self, "", sys._getframe(1))
 
     def __contains__(self, item: Any) -> bool:
         return self.tracer.resolve_contains(self, item)
@@ -319,4 +325,4 @@ class ValueAttribute(ValueProxy, Attribute):
         self.__dict__["_specfx"] = ProxyState(value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.tracer.call_method(self.root, self.attr, args, kwargs)
+        return self.tracer.call_method(self.root, self.attr, args, kwargs, sys._getframe(1))

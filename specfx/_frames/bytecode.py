@@ -17,7 +17,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 __all__ = ["FORMS", "Attribute", "BytecodeForms", "CallSite", "Handler", "MATCH_CLASS", "NOT_A_CALL", "Name",
            "call_site_at", "call_sites", "clause_types", "constant_subscript_next", "exception_handlers",
-           "forms_for", "has_exception_handlers", "instruction_at", "store_line"]
+           "forms_for", "has_exception_handlers", "instruction_at", "simulate", "store_line", "unpacked_next"]
 
 
 class BytecodeForms(NamedTuple):
@@ -74,6 +74,19 @@ def constant_subscript_next(frame: Optional[types.FrameType]) -> Optional[int]:
     listing, position = _instructions(frame.f_code)
     index = position.get(frame.f_lasti)
     return None if index is None else constant_subscript(listing, index)
+
+
+def unpacked_next(frame: types.FrameType) -> bool:
+    """Whether the value the frame's current instruction makes is unpacked right away
+    (``n, c, h, w = x.shape``, ``b, t = x.size()``)."""
+    listing, _ = _instructions(frame.f_code)
+    index = bisect.bisect_right([inst.offset for inst in listing], frame.f_lasti) - 1
+    for inst in listing[index + 1:index + 3]:
+        if inst.opname == FORMS.unpack:
+            return True
+        if inst.opname not in ("CALL", "PRECALL"):
+            return False
+    return False
 
 
 def instruction_at(frame: types.FrameType) -> Optional[dis.Instruction]:
@@ -551,6 +564,9 @@ def _step(inst: dis.Instruction, stack: List[Described], effect: int, forms: Cal
     if name == "PUSH_NULL":
         stack.append(NULL)
         return
+    if name == "LOAD_ASSERTION_ERROR":  # (the callable of `assert cond, message`)
+        stack.append(Name("global", "AssertionError"))
+        return
     if name == "LOAD_GLOBAL" or name == "LOAD_NAME" or name in _LOCAL_LOADS:
         scope = "global" if name == "LOAD_GLOBAL" else "name" if name == "LOAD_NAME" else "local"
         loaded = Name(scope, str(inst.argval))
@@ -626,6 +642,24 @@ def call_sites(code: types.CodeType, forms: CallForms = CALL_FORMS) -> Dict[int,
     """
     listing, position = _instructions(code)
     sites: Dict[int, CallSite] = {}
+
+    def visit(index: int, inst: dis.Instruction, stack: List[Described], keywords: bool) -> None:
+        site = _site(inst, stack, keywords, forms)
+        if site is not None:
+            sites[inst.offset] = site
+            if forms.calls.get(inst.opname, (0, False))[1] and index + 1 < len(listing):
+                # (3.11) the call runs at CALL, or at PRECALL once specialized for a builtin
+                sites[listing[index + 1].offset] = site
+
+    simulate(code, visit, forms)
+    return sites
+
+
+def simulate(code: types.CodeType, visit: Any, forms: CallForms = CALL_FORMS) -> None:
+    """Simulate the value stack over every path of ``code``: ``visit(index, instruction, stack,
+    keywords)`` sees each instruction with the stack before it (``keywords``: the instruction
+    before named keyword arguments). Raises ``_Unanalyzable`` for code it does not follow."""
+    listing, position = _instructions(code)
     stacks: Dict[int, List[Described]] = {0: []}
     for target, depth in _handler_entries(code):
         stacks.setdefault(target, [UNKNOWN] * depth)
@@ -636,12 +670,7 @@ def call_sites(code: types.CodeType, forms: CallForms = CALL_FORMS) -> Dict[int,
         keywords = False
         while index < len(listing):
             inst = listing[index]
-            site = _site(inst, stack, keywords, forms)
-            if site is not None:
-                sites[inst.offset] = site
-                if forms.calls.get(inst.opname, (0, False))[1] and index + 1 < len(listing):
-                    # (3.11) the call runs at CALL, or at PRECALL once specialized for a builtin
-                    sites[listing[index + 1].offset] = site
+            visit(index, inst, stack, keywords)
             keywords = inst.opname in forms.keywords
             if inst.opcode in _JUMPS:
                 jumped = list(stack)
@@ -660,7 +689,6 @@ def call_sites(code: types.CodeType, forms: CallForms = CALL_FORMS) -> Dict[int,
                     stack = list(stacks[following])
                 elif listing[index].is_jump_target:
                     stacks[following] = list(stack)
-    return sites
 
 
 def _merge(stacks: Dict[int, List[Described]], offset: int, stack: List[Described]) -> bool:

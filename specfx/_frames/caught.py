@@ -106,10 +106,16 @@ _RELAY, _MODEL, _RESUMABLE = 0, 1, 2  # specfx's and torch's code; model code; a
 _RESUMABLE_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
+# torch._assert compares type(condition) to hand a traced condition to __torch_function__:
+# torch's own relay, not the model's comparison
+_TORCH_ASSERT = torch._assert.__code__
+
+
 def _remember(code: types.CodeType) -> _Entry:
     """What the walk looks at in ``code``'s frames: whether it is model code (not specfx,
     torch, or specfx's generated forward) with try blocks, and its compared ``type(x)`` calls."""
-    model_code = not is_internal_file(code.co_filename) and _RAISE_NAME not in code.co_names
+    model_code = (not is_internal_file(code.co_filename) and _RAISE_NAME not in code.co_names
+                  and code is not _TORCH_ASSERT)
     kind = _RELAY if not model_code else _RESUMABLE if code.co_flags & _RESUMABLE_FLAGS else _MODEL
     entry = _WALKED[id(code)] = (code, model_code and has_exception_handlers(code),
                                  type_checks(code) if model_code else _NOTHING, kind)

@@ -1,0 +1,100 @@
+"""torchvision/timm-style vision models traced as users call them: one graph for every
+batch size (and resolution, where the architecture allows), equal to eager.
+
+Per-dimension shape guards: a shape unpacked into names (``n, c, h, w = x.shape``) under
+SHAPES guards only the names the code reads as ints, each as its dimension
+(``x.size(2) == 8``), never the whole shape because one dimension was read.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import specfx
+from specfx import GuardError, Policy
+
+from . import vision_models as V
+
+
+def equal_on(gm, model, *inputs):
+    for x in inputs:
+        torch.testing.assert_close(gm(x), model(x))
+
+
+@pytest.mark.parametrize("policy", [Policy(), Policy(shapes=True)], ids=["none", "shapes"])
+class TestBatchGeneric:
+    def test_densenet_feature_list(self, policy):
+        """DenseNet keeps the input in a list, reads it with torch.cat, appends the result and
+        reads it again (the trace failed with an internal 'no value for node' error)."""
+        model = V.DenseNet().eval()
+        gm = specfx.trace(model, torch.randn(2, 3, 8, 8), policy=policy)
+        assert gm.specializations == []
+        equal_on(gm, model, torch.randn(3, 3, 8, 8), torch.randn(1, 3, 12, 10))
+
+    def test_efficientnet(self, policy):
+        model = V.EfficientNet().eval()
+        gm = specfx.trace(model, torch.randn(2, 3, 16, 16), policy=policy)
+        equal_on(gm, model, torch.randn(3, 3, 20, 20), torch.randn(1, 3, 16, 16))
+
+    def test_swin_window_padding_stays_symbolic(self, policy):
+        """The pad amounts are computed from the unpacked sizes and only flow into ops."""
+        model = V.WindowAttention().eval()
+        gm = specfx.trace(model, torch.randn(2, 8, 8, 16), policy=policy)
+        assert {str(s.kind) for s in gm.specializations} == {"unpack"}
+        equal_on(gm, model, torch.randn(3, 8, 8, 16), torch.randn(2, 6, 10, 16))
+
+
+class TestPerDimensionGuards:
+    def test_mobilevit_guards_height_and_width_not_the_batch(self):
+        """MobileViT unpacks `features.shape` and reads the patch counts as ints: under SHAPES
+        the graph holds for every batch size and raises GuardError for another resolution
+        (it guarded the whole shape, batch included)."""
+        model = V.MobileViTBlock().eval()
+        gm = specfx.trace(model, torch.randn(2, 8, 8, 8), policy=Policy(shapes=True))
+        assert "shape" not in {str(s.kind) for s in gm.specializations}
+        equal_on(gm, model, torch.randn(1, 8, 8, 8), torch.randn(5, 8, 8, 8))
+        with pytest.raises(GuardError, match="orig_height"):
+            gm(torch.randn(2, 8, 6, 6))
+
+    def test_unpacked_dims_read_as_ints_guard_those_dims(self):
+        """`n, c, h, w = x.shape` with only `h` and `w` read as ints guards exactly those two."""
+        def f(x):
+            n, c, h, w = x.shape
+            rows = [x[:, :, i].sum(-1) for i in range(h)]
+            return torch.stack(rows, -1) * int(w)
+
+        gm = specfx.trace(f, torch.randn(2, 3, 4, 5), policy=Policy(shapes=True))
+        guarded = [s.guard_description for s in gm.specializations if str(s.kind) != "unpack"]
+        assert guarded == ["x.size(2) == 4", "x.size(3) == 5"]
+        equal_on(gm, f, torch.randn(7, 1, 4, 5))
+        with pytest.raises(GuardError, match=r"x.size\(3\) == 5"):
+            gm(torch.randn(2, 3, 4, 6))
+
+    def test_unpacked_size_call(self):
+        """`b, t = x.size()` is unpacked too: only `t` is decided (in the range)."""
+        def f(x):
+            b, t = x.size()
+            return sum(x[:, i] for i in range(t)) + b
+
+        gm = specfx.trace(f, torch.randn(2, 3), policy=Policy(shapes=True))
+        assert [s.guard_description for s in gm.specializations if str(s.kind) != "unpack"] == ["x.size(1) == 3"]
+        equal_on(gm, f, torch.randn(6, 3))
+
+    def test_a_predicate_on_an_unpacked_dim_is_guarded_as_the_predicate(self):
+        def f(x):
+            n, d = x.shape
+            return x * 2 if d > 2 else x
+
+        gm = specfx.trace(f, torch.randn(2, 3), policy=Policy(shapes=True))
+        equal_on(gm, f, torch.randn(5, 4), torch.randn(1, 9))
+        with pytest.raises(GuardError, match=r"bool\(d > 2\)"):
+            gm(torch.randn(2, 2))
+
+    def test_without_shapes_an_int_of_a_dim_is_refused_naming_the_flag(self):
+        def f(x):
+            n, d = x.shape
+            return x[:, : int(d) - 1]
+
+        with pytest.raises(specfx.SpecializationError, match="SHAPES"):
+            specfx.trace(f, torch.randn(2, 3))
