@@ -42,6 +42,7 @@ from ._graph.retrace import call_function, call_method, getitem, grad_enabled  #
 from ._graph.caught import raise_caught  # called by generated graph code
 from ._graph.python_random import python_random  # called by generated graph code
 from ._graph.message_text import format_message  # called by generated graph code
+from ._graph.objects import rebuild_object  # called by generated graph code
 from ._frames.caught import rebuild_caught  # named by pickles of marked graphs
 from ._graph.report import explain, specializations
 from ._policy.scope import specialize
@@ -117,6 +118,7 @@ __all__ = [
     "raise_caught",
     "rebuild_caught",
     "rebuild_graph_module",
+    "rebuild_object",
     "rebuild_outputs",
     "specializations",
     "specialize",

@@ -237,17 +237,22 @@ class TestTransformers:
             expected = built.model(**batch, **concrete)
             _close(expected, gm(**batch))
 
-    def test_cache_output_says_which_output_and_how(self):
-        """BART returns an EncoderDecoderCache by default: the error names the output and the fix."""
-        _, built = _architecture("bart")
-        with pytest.raises(SpecializationError, match=r"returns .*, a transformers.*Cache.*\n"
-                                                      r"Fix: trace with concrete_args=\{'use_cache': False\}"):
-            specfx.trace(built.model, example_kwargs=built.example[1], policy=Policy(iter=True, bool=True))
+    def test_the_default_config_returns_eager_s_cache(self):
+        """BART and Llama with use_cache on (the config's default) trace with no concrete_args and
+        return eager's cache type, with eager's keys and values."""
+        for name in ("bart", "llama"):
+            built, gm, _, concrete = _followed(name)
+            assert concrete == {}
+            batch = built.fresh[0][1]
+            out, expected = gm(**batch), built.model(**batch)
+            assert type(out.past_key_values) is type(expected.past_key_values)
+            _close(expected.past_key_values, out.past_key_values)
 
     def test_use_cache_concrete_arg_is_the_graph_default(self):
         """With concrete_args={'use_cache': False} the graph is called as the model is, gm(**batch)."""
-        built, gm, _, concrete = _followed("llama")
-        assert concrete == {"use_cache": False}
+        built, _, _, _ = _followed("llama")
+        gm = specfx.trace(built.model, example_kwargs=built.example[1], policy=Policy(iter=True, bool=True),
+                          concrete_args={"use_cache": False})
         batch = built.fresh[0][1]
         out = gm(**batch)
         assert "past_key_values" not in out and list(out) == list(built.model(**batch, use_cache=False))

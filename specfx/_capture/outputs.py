@@ -9,8 +9,13 @@ avoid it.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
+
+import torch
+
+from .._graph.objects import Path
 
 from ..errors import SpecializationError
 from .._policy.messages import unrepresentable_output
@@ -33,6 +38,43 @@ def _leaves(value: Any, path: str) -> Iterator[Tuple[str, Any]]:
 
 def _path_of(output: Any, target: Any) -> Optional[str]:
     return next((path for path, value in _leaves(output, "output") if value is target), None)
+
+
+def is_transformers_cache(value: Any) -> bool:
+    """Whether ``value`` is one of transformers' caches (``DynamicCache``, ``EncoderDecoderCache``...)."""
+    kind = type(value)
+    return kind.__module__.startswith("transformers.") and any(c.__name__ == "Cache" for c in kind.__mro__)
+
+
+def traced_tensors_in(obj: Any, is_traced: Any, depth: int = 6) -> List[Tuple[Path, Any]]:
+    """``(path, value)`` of every traced value inside ``obj``'s attributes, lists, tuples and
+    dicts (``layers[0].keys`` of a cache), ``depth`` levels down."""
+    found: List[Tuple[Path, Any]] = []
+
+    def walk(value: Any, path: Path, level: int) -> None:
+        if is_traced(value):
+            found.append((path, value))
+            return
+        if level == depth or isinstance(value, (torch.Tensor, torch.nn.Module, type)):
+            return
+        if type(value) in (list, tuple):
+            for index, item in enumerate(value):
+                walk(item, path + (("item", index),), level + 1)
+        elif type(value) is dict:
+            for key, item in value.items():
+                walk(item, path + (("item", key),), level + 1)
+        elif hasattr(value, "__dict__") and not isinstance(value, (int, float, str, bool)):
+            for name, item in vars(value).items():
+                walk(item, path + (("attribute", name),), level + 1)
+
+    walk(obj, (), 0)
+    return found
+
+
+def template_of(obj: Any, traced: List[Tuple[Path, Any]]) -> Any:
+    """A copy of ``obj`` with its traced values left out (``None``)."""
+    memo = {id(value): None for _, value in traced}
+    return copy.deepcopy(obj, memo)
 
 
 def _advice(value: Any) -> str:

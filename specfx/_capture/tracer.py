@@ -63,7 +63,8 @@ from .state import NO_STATE
 from .._graph.structure import StructuredCodeGen, structured_root
 from .._graph.structure import create_args as create_structured_args
 from .._graph.message_text import format_message, has_placeholders, split_placeholders
-from .outputs import unrepresentable_output_error
+from .._graph.objects import rebuild_object
+from .outputs import is_transformers_cache, template_of, traced_tensors_in, unrepresentable_output_error
 from .scripted import ScriptedFunctions
 from .transformers import install_transformers_support
 from .wrapped_root import call_through_wrapper, is_wrapped
@@ -472,10 +473,27 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         try:
             return super().create_arg(a)
         except NotImplementedError as error:  # e.g. a transformers cache returned by forward
+            rebuilt = self._rebuilt_object(a)
+            if rebuilt is not None:
+                return rebuilt
             better = unrepresentable_output_error(self._output, a, error)
             if better is None:
                 raise
             raise better from None
+
+    def _rebuilt_object(self, obj: Any) -> Optional[Node]:
+        """A node that rebuilds ``obj`` (a transformers cache holding traced tensors) at run
+        time from a template kept on the graph (_graph/objects.py); None for other objects."""
+        if not is_transformers_cache(obj):
+            return None
+        traced = traced_tensors_in(obj, lambda value: isinstance(value, Proxy))
+        if not traced:
+            return None
+        name = self.get_fresh_qualname("_specfx_object_")
+        setattr(self.root, name, template_of(obj, traced))  # (as torch.fx keeps its tensor constants)
+        template = self.create_node("get_attr", name, (), {})
+        return self.create_node("call_function", rebuild_object,
+                                (template, tuple(path for path, _ in traced), *(v.node for _, v in traced)), {})
 
     def create_args_for_root(self, root_fn: Callable[..., Any], is_module: bool, concrete_args: Any = None) -> Any:
         """Called once to make the placeholders; an example that is ``None``

@@ -162,9 +162,15 @@ def run_pair(built: Built, gm: Callable[..., Any], call: Call, seed: int = 1234)
 
 
 def tensors_of(value: Any) -> List[torch.Tensor]:
-    """The tensors of a model output (tensors, tuples, lists, dicts, transformers ModelOutput)."""
+    """The tensors of a model output (tensors, tuples, lists, dicts, transformers ModelOutput and
+    caches: a cache's keys and values, layer by layer)."""
     if isinstance(value, torch.Tensor):
         return [value]
+    if hasattr(value, "self_attention_cache") and hasattr(value, "cross_attention_cache"):  # EncoderDecoderCache
+        return tensors_of(value.self_attention_cache) + tensors_of(value.cross_attention_cache)
+    if isinstance(getattr(value, "layers", None), list):  # DynamicCache, StaticCache, ...
+        return [t for layer in value.layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                if isinstance(t, torch.Tensor)]
     if hasattr(value, "to_tuple"):
         value = value.to_tuple()
     if isinstance(value, dict):

@@ -1,0 +1,147 @@
+"""transformers' caches in and out of a graph: returned with eager's type, accepted as
+inputs, written as eager writes them (tiny Llama and BART, default configs)."""
+
+from __future__ import annotations
+
+import copy
+import io
+import warnings
+
+import pytest
+import torch
+
+import specfx
+from specfx import Policy
+
+transformers = pytest.importorskip("transformers")
+POLICY = Policy(iter=True, bool=True)
+
+
+def batch(rows, length, padding, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 99, (rows, length), generator=generator)
+    mask = torch.ones(rows, length, dtype=torch.long)
+    for row, pad in enumerate(padding):
+        if pad:
+            mask[row, length - pad:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+CALIBRATION = batch(2, 8, (0, 3))
+BATCHES = [CALIBRATION, batch(3, 5, (2, 0, 1), seed=1), batch(1, 6, (0,), seed=2)]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    torch.manual_seed(0)
+    return transformers.LlamaModel(transformers.LlamaConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=37)).eval()
+
+
+@pytest.fixture(scope="module")
+def bart():
+    torch.manual_seed(0)
+    return transformers.BartModel(transformers.BartConfig(
+        vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37)).eval()
+
+
+def layer_tensors(cache):
+    if hasattr(cache, "self_attention_cache"):
+        return layer_tensors(cache.self_attention_cache) + layer_tensors(cache.cross_attention_cache)
+    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+def assert_same_cache(actual, expected):
+    assert type(actual) is type(expected)
+    mine, eager = layer_tensors(actual), layer_tensors(expected)
+    assert len(mine) == len(eager) > 0
+    for a, b in zip(mine, eager):
+        torch.testing.assert_close(a, b)
+
+
+def one_token_step(calibration, seed=3):
+    ids = torch.randint(3, 99, (calibration["input_ids"].shape[0], 1), generator=torch.Generator().manual_seed(seed))
+    mask = torch.cat([calibration["attention_mask"], torch.ones(ids.shape[0], 1, dtype=torch.long)], 1)
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+class TestCachesOut:
+    def test_llama_prefill_returns_a_dynamic_cache(self, llama):
+        gm = specfx.trace(llama, example_kwargs=CALIBRATION, policy=POLICY)
+        for inputs in BATCHES:
+            out, expected = gm(**inputs), llama(**inputs)
+            torch.testing.assert_close(out.last_hidden_state, expected.last_hidden_state)
+            assert_same_cache(out.past_key_values, expected.past_key_values)
+        assert "specfx_rebuild_object" in gm.code
+
+    def test_bart_prefill_returns_an_encoder_decoder_cache(self, bart):
+        gm = specfx.trace(bart, example_kwargs=CALIBRATION, policy=POLICY)
+        for inputs in BATCHES:
+            out, expected = gm(**inputs), bart(**inputs)
+            torch.testing.assert_close(out.last_hidden_state, expected.last_hidden_state)
+            assert_same_cache(out.past_key_values, expected.past_key_values)
+            assert out.past_key_values.is_updated == expected.past_key_values.is_updated
+
+    def test_each_call_returns_its_own_cache(self, llama):
+        """The cache is rebuilt on every call: two calls never share (or overwrite) one."""
+        gm = specfx.trace(llama, example_kwargs=CALIBRATION, policy=POLICY)
+        first, second = gm(**BATCHES[1]).past_key_values, gm(**BATCHES[2]).past_key_values
+        assert first is not second and first.layers[0].keys.shape[0] == 3
+
+    def test_survives_deepcopy_and_saving(self, llama):
+        gm = specfx.trace(llama, example_kwargs=CALIBRATION, policy=POLICY)
+        buffer = io.BytesIO()
+        torch.save(gm, buffer)
+        buffer.seek(0)
+        for copied in (copy.deepcopy(gm), torch.load(buffer, weights_only=False)):
+            inputs = BATCHES[1]
+            assert_same_cache(copied(**inputs).past_key_values, llama(**inputs).past_key_values)
+
+
+class TestCachesIn:
+    def test_llama_decode_step_equals_eager_and_writes_the_cache(self, llama):
+        """One new token with the prefill's cache: the graph equals eager, appends to the cache it
+        is given as eager does, and returns that same cache."""
+        with torch.no_grad():
+            cache = llama(**CALIBRATION).past_key_values
+        step = one_token_step(CALIBRATION)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", specfx.SpecializationWarning)  # the step's length 1
+            gm = specfx.trace(llama, example_kwargs={**step, "past_key_values": copy.deepcopy(cache)}, policy=POLICY)
+        assert cache.get_seq_length() == 8  # the example was copied: the trace wrote nothing of the user's
+        mine, eager = copy.deepcopy(cache), copy.deepcopy(cache)
+        out = gm(**step, past_key_values=mine)
+        expected = llama(**step, past_key_values=eager)
+        torch.testing.assert_close(out.last_hidden_state, expected.last_hidden_state)
+        assert out.past_key_values is mine and mine.get_seq_length() == 9
+        assert_same_cache(mine, eager)
+
+    def test_decode_step_on_another_padded_batch(self, llama):
+        with torch.no_grad():
+            cache = llama(**CALIBRATION).past_key_values
+        step = one_token_step(CALIBRATION)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", specfx.SpecializationWarning)
+            gm = specfx.trace(llama, example_kwargs={**step, "past_key_values": copy.deepcopy(cache)}, policy=POLICY)
+        other = BATCHES[1]
+        with torch.no_grad():
+            other_cache = llama(**other).past_key_values
+        other_step = one_token_step(other, seed=4)
+        mine, eager = copy.deepcopy(other_cache), copy.deepcopy(other_cache)
+        torch.testing.assert_close(gm(**other_step, past_key_values=mine).last_hidden_state,
+                                   llama(**other_step, past_key_values=eager).last_hidden_state)
+        assert_same_cache(mine, eager)
+
+    def test_static_cache_is_filled_in_place(self, llama):
+        def fresh():
+            return transformers.StaticCache(config=llama.config, max_cache_len=16)
+
+        gm = specfx.trace(llama, example_kwargs={**CALIBRATION, "past_key_values": fresh()}, policy=POLICY)
+        mine, eager = fresh(), fresh()
+        out = gm(**CALIBRATION, past_key_values=mine)
+        expected = llama(**CALIBRATION, past_key_values=eager)
+        torch.testing.assert_close(out.last_hidden_state, expected.last_hidden_state)
+        assert out.past_key_values is mine
+        assert_same_cache(mine, eager)
