@@ -136,15 +136,21 @@ def _register_side_effects(node_module: str) -> None:
 
 
 def _fail(
-    what: str, expected: Any, actual: Any, where: str, *, claim: str = "", observed: str = ""
+    what: str, expected: Any, actual: Any, where: str, *, claim: str = "", observed: str = "", changed: str = ""
 ) -> NoReturn:
     raise GuardError(
-        guard_failure(what, expected, actual, where, claim=claim, observed=observed),
+        guard_failure(what, expected, actual, where, claim=claim, observed=observed, changed=changed),
         expression=what,
         expected=expected,
         actual=actual,
         location=where,
     )
+
+
+def _changed(what: str) -> str:
+    """Whose dtype or device a guard reads: "model" for the model's own tensors (``self.w.dtype``),
+    else "input"."""
+    return "model" if what.startswith("self.") else "input"
 
 
 def _observe(what: str, expected: Any, where: str, observe: Callable[[], Any]) -> Any:
@@ -248,7 +254,7 @@ def guard_dtype(value: Any, expected: torch.dtype, what: str, where: str) -> Non
     """Fail unless ``value.dtype == expected``."""
     actual = _observe(what, expected, where, lambda: value.dtype)
     if actual != expected:
-        _fail(what, expected, actual, where)
+        _fail(what, expected, actual, where, changed=_changed(what))
 
 
 @_guard
@@ -256,7 +262,7 @@ def guard_device(value: Any, expected: torch.device, what: str, where: str) -> N
     """Fail unless ``value.device == expected``."""
     actual = _observe(what, expected, where, lambda: value.device)
     if actual != expected:
-        _fail(what, expected, actual, where)
+        _fail(what, expected, actual, where, changed=_changed(what))
 
 
 @_guard

@@ -111,7 +111,8 @@ class Shapes(nn.Module):
         self.lin = nn.Linear(4, 4)
 
     def forward(self, x, mask=None):
-        scale = torch.ones(1, dtype=x.dtype) * x.size(0)
+        dtype = x.dtype  # kept in a name: a decision (a dtype passed straight to an op is not one)
+        scale = torch.ones(1, dtype=dtype) * x.size(0)
         a, b = torch.chunk(self.lin(x), 2)
         return torch.cat([a, b]).view(x.size(0), -1) * scale
 

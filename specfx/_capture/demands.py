@@ -27,11 +27,13 @@ from torch.fx.proxy import Proxy
 
 from .._policy import messages as _messages
 from .._frames.bytecode import constant_subscript_next, unpack_count, unpacked_next
-from .._frames.message_flow import GRAPH, message_sink
+from .._frames.bytecode import Attribute
+from .._frames.message_flow import GRAPH, message_sink, resolve_described, value_consumers
 from .._graph.message_text import placeholder
 from .decisions import Decider, Decision
 from .._policy.describe import is_input_path
 from .evaluation import Unevaluable, proxies_in
+from .factories import FACTORIES
 from .._policy.policy import Layer, Resolved, Specialize, resolve
 from .._policy.scope import current_layers
 from .._policy.spelling import spelling
@@ -318,7 +320,30 @@ class ValueDemands:
         ``frame`` is the frame that reads it (else the innermost frame of user code)."""
         if name in SHAPE_ATTRIBUTES:
             return self._read_shape(proxy, name, attribute, frame if frame is not None else user_frame())
+        if name in ("dtype", "device") and self._flows_into_ops(frame):
+            # `x.to(self.weight.dtype)`, `torch.zeros(n, device=x.device)`: read when the graph
+            # runs, so a graph cast with .to(torch.bfloat16) or moved follows, as eager does
+            symbolic = ValueAttribute(proxy, name, attribute)
+            symbolic.__dict__["_specfx"] = ProxyState(attribute)
+            return symbolic
         return self._read_type(proxy, name, attribute)
+
+    def _flows_into_ops(self, frame: Optional[types.FrameType]) -> bool:
+        """Whether the value ``frame`` reads only goes, as an argument, to torch's factories or to
+        methods of traced tensors (both recorded in the graph); never to code that could compare it."""
+        if self._evaluating or self.examples is None or frame is None:
+            return False
+        consumers = value_consumers(frame)
+        if not consumers:
+            return False
+        for described in consumers:
+            base = resolve_described(described.base, frame) if type(described) is Attribute else None
+            if type(base) is ValueProxy and isinstance(value_of(base), torch.Tensor):
+                continue  # a method of a traced tensor: a node
+            if base is torch and described.name in FACTORIES:
+                continue  # torch.zeros(..., device=x.device): a factory the graph records
+            return False  # anything else may need the value itself (torch.finfo(x.dtype), x.dtype == ...)
+        return True
 
     def _read_type(self, proxy: ValueProxy, name: str, attribute: Any) -> Any:
         """``proxy.dtype`` / ``.device`` / ``.layout`` (and ``is_floating_point()``,

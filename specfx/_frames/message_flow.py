@@ -25,9 +25,9 @@ import torch
 from torch.fx._symbolic_trace import _assert_is_none
 
 from .bytecode import CALL_FORMS, Attribute, _effect, _instructions, _site, _step, _Unanalyzable, simulate
-from .type_reads import _resolve
+from .type_reads import _ABSENT, _resolve
 
-__all__ = ["GRAPH", "TEXT", "message_sink"]
+__all__ = ["GRAPH", "TEXT", "message_sink", "resolve_described", "value_consumers"]
 
 GRAPH = "graph"  # the sink is recorded in the graph (torch._assert): the text may be built at run time
 TEXT = "text"  # the sink runs at trace time only (an exception, a warning, a log line)
@@ -107,6 +107,25 @@ def _follow(listing: List[dis.Instruction], index: int, stack: List[Any], keywor
     return None
 
 
+def value_consumers(frame: types.FrameType) -> Optional[Tuple[Any, ...]]:
+    """The callables (as the bytecode describes them: resolve them with
+    :func:`resolve_described`) that receive the value ``frame``'s current instruction makes,
+    directly or inside a tuple, list or string built from it; None if it goes anywhere else."""
+    key = (frame.f_code, frame.f_lasti)
+    try:
+        return _CONSUMERS[key]
+    except KeyError:
+        found = _CONSUMERS[key] = _consumers(frame.f_code, frame.f_lasti)
+        return found
+
+
+def resolve_described(described: Any, frame: types.FrameType) -> Any:
+    """The value a described callable (or its base) has in ``frame`` now, read without running
+    code; ``None`` when that is impossible."""
+    value = _resolve(described, frame)
+    return None if value is _ABSENT else value
+
+
 def _sink(described: Any, frame: types.FrameType) -> Optional[str]:
     value = _resolve(described, frame)
     if value is torch._assert or value is _assert_is_none:
@@ -137,11 +156,7 @@ def message_sink(frame: types.FrameType) -> Optional[str]:
     """
     if frame.f_code is _LOG_RECORD_MESSAGE:  # `logger.warning("%s rows", n)`: logging formats it
         return TEXT
-    key = (frame.f_code, frame.f_lasti)
-    try:
-        consumers = _CONSUMERS[key]
-    except KeyError:
-        consumers = _CONSUMERS[key] = _consumers(frame.f_code, frame.f_lasti)
+    consumers = value_consumers(frame)
     if not consumers:
         return None
     kinds = set()

@@ -203,16 +203,26 @@ def describe_identity(kind: str, subject: str, holds: bool) -> str:
 
 
 def guard_failure(what: str, expected: Any, actual: Any, where: str, *, claim: str = "",
-                  observed: str = "") -> str:
+                  observed: str = "", changed: str = "") -> str:
     """The message of a guard that failed at call time: the assumption, what this input gives,
-    the user's line, and the ways out."""
+    the user's line, and the ways out. ``changed`` says what changed since the trace, when a
+    dtype or device guard knows (the model's parameters cast or moved, or the inputs)."""
     assumption = claim or f"{what} == {expected!r}"
     observation = observed or f"{what} == {actual!r}"
-    return (
-        f"specfx guard failed: the graph was traced assuming {assumption}, "
-        f"but for this input {observation}.\n"
-        f"  assumed at {where}\n"
-        f"The graph is only valid for inputs that keep this assumption. Retrace with an "
+    head = (f"specfx guard failed: the graph was traced assuming {assumption}, "
+            f"but for this input {observation}.\n  assumed at {where}\n")
+    if changed == "model":
+        return head + (
+            f"The model's own tensor `{what.rsplit('.', 1)[0]}` was cast or moved since the trace "
+            f"(gm.to(...), model.to(...)), and the model decides on it at that line. Retrace the cast "
+            f"model (specfx.trace(model.to({actual!r}), example_inputs, policy=...)), or let "
+            f"specfx.Specializer(model, policy) keep one graph per dtype and device."
+        )
+    moved = (f"This input was cast or moved since the trace ({expected!r} then, {actual!r} now): pass it as "
+             f"{expected!r}, or r" if changed == "input" else "The graph is only valid for inputs that keep "
+             "this assumption. R")
+    return head + (
+        f"{moved}etrace with an "
         f"example input like this one (specfx.trace(model, example_inputs, policy=...)), "
         f"let specfx.Specializer(model, policy) keep one graph per set of assumptions, "
         f"or narrow the policy so that this value stays symbolic."
