@@ -75,7 +75,24 @@ def _qwen3():
                                         max_position_embeddings=64))
 
 
-def _dataset(lengths=(5, 7, 9, 6)):
+def _mixtral():
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    return MixtralForCausalLM(MixtralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                            num_local_experts=4, num_experts_per_tok=2))
+
+
+def _qwen3_moe():
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    return Qwen3MoeForCausalLM(Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                              moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                              num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                                              num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1))
+
+
+def _dataset(lengths):
     generator = torch.Generator().manual_seed(1)
     rows = [{"input_ids": torch.randint(0, VOCAB, (n,), generator=generator).tolist(), "attention_mask": [1] * n}
             for n in lengths]
@@ -84,20 +101,57 @@ def _dataset(lengths=(5, 7, 9, 6)):
     return datasets.Dataset.from_list(rows)
 
 
-def _quantized(build, route):
-    from llmcompressor import oneshot
+# How llm-compressor collates the calibration set: one sample a batch (its default), or
+# batches of 2 padded to their longest sample. Both give 4 batches of different lengths; the
+# padded ones also differ in size ((2, 10), (2, 9), (2, 7), (1, 5)) and carry padding masks.
+COLLATIONS = {
+    "single": dict(dataset_lengths=(5, 7, 9, 6), batch_size=1),
+    "padded": dict(dataset_lengths=(5, 7, 9, 6, 8, 4, 10), batch_size=2, data_collator="padding",
+                   shuffle_calibration_samples=False),
+}
+
+
+class _RecordingCollator:
+    """llm-compressor's padding collator, keeping every batch it makes (to run eager on them)."""
+
+    def __init__(self) -> None:
+        from transformers import DataCollatorWithPadding
+
+        self.collate, self.batches = DataCollatorWithPadding(_tokenizer()), []
+
+    def __call__(self, rows):
+        batch = self.collate(rows)
+        self.batches.append(dict(batch))
+        return batch
+
+
+def _gptq_w8a8(ignore=("lm_head", "re:.*mlp.gate$")):  # (not the head, not the MoE routers)
     from llmcompressor.modifiers.quantization import GPTQModifier
 
-    torch.manual_seed(0)
-    model = _saved(build())
-    recipe = GPTQModifier(scheme="W8A8", targets="Linear", ignore=["lm_head"])
-    run = dict(model=model, dataset=_dataset(), processor=_tokenizer(), recipe=recipe, pipeline="sequential",
-               num_calibration_samples=4)
+    return GPTQModifier(scheme="W8A8", targets="Linear", ignore=list(ignore))
+
+
+def _oneshot(model, route, collation, **overrides):
+    """GPTQ W8A8 through llm-compressor's sequential pipeline, traced by specfx ("specfx") or
+    by llm-compressor's own tracer ("llmcompressor")."""
+    from llmcompressor import oneshot
+
+    settings = dict(COLLATIONS[collation])
+    lengths = settings.pop("dataset_lengths")
+    run = dict(model=model, dataset=_dataset(lengths), processor=_tokenizer(), recipe=_gptq_w8a8(), pipeline="sequential",
+               num_calibration_samples=len(lengths), **settings)
+    run.update(overrides)
     if route == "specfx":
         with specfx_llmc.use():
             oneshot(**run)
     else:
         oneshot(**run)
+
+
+def _quantized(build, route, collation):
+    torch.manual_seed(0)
+    model = _saved(build())
+    _oneshot(model, route, collation)
     probe = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         return model(input_ids=probe).logits
@@ -105,11 +159,111 @@ def _quantized(build, route):
 
 @needs_llmcompressor
 @pytest.mark.filterwarnings("ignore")  # (llm-compressor's and transformers' own deprecations)
+@pytest.mark.parametrize("collation", list(COLLATIONS))
 @pytest.mark.parametrize("build", [_llama, _qwen3], ids=["llama", "qwen3"])
-def test_oneshot_gptq_equals_llmcompressors_own_route(build):
+def test_oneshot_gptq_equals_llmcompressors_own_route(build, collation):
     """GPTQ W8A8 through specfx's graph quantizes bit for bit as llm-compressor's own tracer
-    does on these models (where its tracer is right), on batches of four lengths."""
-    assert torch.equal(_quantized(build, "specfx"), _quantized(build, "llmcompressor"))
+    does on these models (where its tracer is right), on 4 batches of different lengths: one
+    sample a batch, or padded batches of different sizes."""
+    assert torch.equal(_quantized(build, "specfx", collation), _quantized(build, "llmcompressor", collation))
+
+
+def _decoder_layer_masks(model, run):
+    """(hidden-states shape, attention mask) of every decoder layer call while ``run()`` runs."""
+    calls = []
+
+    def record(module, args, kwargs):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        if hidden.device.type == "meta":
+            return  # (llm-compressor's own tracer runs the layers on meta tensors: not a calibration)
+        calls.append((tuple(hidden.shape), kwargs.get("attention_mask")))
+
+    handles = [layer.register_forward_pre_hook(record, with_kwargs=True) for layer in model.model.layers]
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return calls
+
+
+@needs_llmcompressor
+@pytest.mark.filterwarnings("ignore")  # (llm-compressor's and transformers' own deprecations)
+@pytest.mark.parametrize("build", [_mixtral, _qwen3_moe], ids=["mixtral", "qwen3_moe"])
+def test_moe_decoder_layers_calibrate_with_the_masks_eager_uses(build):
+    """Mixtral and Qwen3-MoE choose their mask builder through a local variable: through
+    specfx's graph every decoder layer calibrates with the causal-and-padding mask eager builds
+    for that batch; llm-compressor's own tracer hands them None (no causal, no padding mask)."""
+    from llmcompressor.utils.helpers import calibration_forward_context
+
+    def calibrated_and_eager(route):
+        torch.manual_seed(0)
+        model = _saved(build())
+        collator = _RecordingCollator()
+        calibrated = _decoder_layer_masks(model, lambda: _oneshot(model, route, "padded", data_collator=collator))
+        eager = {}
+        with calibration_forward_context(model):  # (as calibration runs: eager attention, no cache)
+            for batch in collator.batches:  # (masks depend on the batch and the config only, not on the weights)
+                eager.update(_decoder_layer_masks(model, lambda batch=batch: model(**batch)))
+        return calibrated, eager
+
+    def same(mask, expected):
+        return mask is expected is None or (isinstance(mask, torch.Tensor) and isinstance(expected, torch.Tensor)
+                                            and torch.equal(mask, expected))
+
+    calibrated, eager = calibrated_and_eager("specfx")
+    assert len(eager) == 4 and all(isinstance(mask, torch.Tensor) for mask in eager.values())
+    assert {shape for shape, _ in calibrated} == set(eager)
+    assert all(same(mask, eager[shape]) for shape, mask in calibrated)
+    calibrated, eager = calibrated_and_eager("llmcompressor")
+    wrong = [shape for shape, mask in calibrated if not same(mask, eager[shape])]
+    assert len(wrong) >= 2 * 4 and all(mask is None for shape, mask in calibrated if shape in wrong)
+
+
+def _whisper():
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    return WhisperForConditionalGeneration(WhisperConfig(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=8, max_source_positions=16,
+        max_target_positions=32, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+        suppress_tokens=None, begin_suppress_tokens=None))
+
+
+@needs_llmcompressor
+@pytest.mark.filterwarnings("ignore")  # (llm-compressor's and transformers' own deprecations)
+def test_whispers_encoder_is_calibrated():
+    """Whisper's encoder runs inside the graph's subgraphs: every encoder Linear sees the 4
+    calibration batches and GPTQ quantizes it (llm-compressor's own graph leaves the encoder
+    inside a wrapped call, and GPTQ stops with "No statistics available" for its Linears)."""
+    from torch.utils.data import DataLoader
+
+    torch.manual_seed(0)
+    model = _saved(_whisper())
+    generator = torch.Generator().manual_seed(1)
+    rows = [{"input_features": torch.randn(8, 32, generator=generator),
+             "decoder_input_ids": torch.randint(0, VOCAB, (n,), generator=generator)} for n in (5, 7, 9, 6)]
+    loader = DataLoader(rows, batch_size=1, collate_fn=lambda batch: {key: torch.stack([row[key] for row in batch])
+                                                                     for key in batch[0]})
+    encoder_linears = {name: module for name, module in model.model.encoder.named_modules()
+                       if isinstance(module, torch.nn.Linear)}
+    seen = {name: 0 for name in encoder_linears}
+
+    def count(name):
+        def hook(module, args):
+            if args[0].device.type != "meta":
+                seen[name] += 1
+        return hook
+
+    handles = [module.register_forward_pre_hook(count(name)) for name, module in encoder_linears.items()]
+    try:
+        _oneshot(model, "specfx", "single", dataset=loader, num_calibration_samples=None,
+                 recipe=_gptq_w8a8(ignore=["proj_out"]))
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert len(encoder_linears) == 12 and all(count >= 4 for count in seen.values()), seen
+    assert all(hasattr(module, "weight_scale") for module in encoder_linears.values())
 
 
 @needs_llmcompressor
