@@ -29,6 +29,11 @@ class RoundSTE(torch.autograd.Function):
         return grad
 
 
+# held as a bound method made at import, as libraries export their Functions
+# (Brevitas: `round_ste_impl = RoundSteFn.apply`)
+round_ste = RoundSTE.apply
+
+
 class ScaledSquare(torch.autograd.Function):
     """A backward that is not forward's derivative, reading what forward saved on ``ctx``."""
 
@@ -116,6 +121,20 @@ class TestCustomFunctions:
         x = randn(4, grad=True)
         gm(x).sum().backward()
         assert torch.equal(x.grad, torch.full((4,), 2.0))
+
+    def test_apply_held_before_the_trace_keeps_its_backward(self):
+        """`round_ste = RoundSTE.apply` taken at import reaches the graph call as `RoundSTE.apply` does
+        (its forward was traced through: round's zero gradient); once the trace is over, it runs
+        the Function's own code again."""
+        def f(x):
+            return round_ste(x) * 2
+
+        gm = specfx.trace(f, (randn(4, grad=True),))
+        assert "RoundSTE" in gm.code
+        assert_same_gradients(f, gm, (randn(4, grad=True),))
+        assert torch.autograd.Function.apply.__func__.__code__.co_name == "apply"
+        assert "_specfx" not in " ".join(torch.autograd.Function.apply.__func__.__code__.co_names)
+        assert not [name for name in vars(torch.autograd.function) if name.startswith("_specfx")]
 
     def test_backward_reads_what_forward_saved(self):
         def f(x):

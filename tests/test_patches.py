@@ -258,3 +258,50 @@ class TestClassmethodPatch:
         assert seen == [("Child", 2)]
         assert self.Child.make(3) == ("Child", 3)
         assert self.Base.__dict__["make"] is original
+
+
+def _make_pair(value):
+    return ("pair", value)
+
+
+class TestCallsPatch:
+    def test_references_taken_before_reach_the_replacement_in_the_session_only(self):
+        """An alias and a bound method taken before the session reach the replacement, which
+        reaches the original code; another thread meanwhile, and everyone after, the original;
+        the function's code and its module's globals are put back."""
+
+        class Maker:
+            def make(self, value):
+                return (type(self).__name__, value)
+
+        held_function, held_method = _make_pair, Maker().make
+        code, names = _make_pair.__code__, set(globals())
+        seen = []
+        with _patches.tracing():
+            _patches.patch_calls(_make_pair, lambda original, value: ("patched", *original(value)))
+            _patches.patch_calls(Maker.make, lambda original, self, value: ("patched", *original(self, value)))
+            assert held_function(1) == ("patched", "pair", 1)
+            assert held_method(1) == ("patched", "Maker", 1)
+            thread = threading.Thread(target=lambda: seen.extend([held_function(2), held_method(2)]))
+            thread.start()
+            thread.join()
+        assert seen == [("pair", 2), ("Maker", 2)]
+        assert held_function(3) == ("pair", 3) and held_method(3) == ("Maker", 3)
+        assert _make_pair.__code__ is code and set(globals()) == names
+
+    def test_a_closure_and_super_keep_working(self):
+        """The swapped code keeps the function's free variables (super()'s __class__ cell)."""
+
+        class Base:
+            def name(self):
+                return "base"
+
+        class Child(Base):
+            def name(self):
+                return "child of " + super().name()
+
+        held = Child().name
+        with _patches.tracing():
+            _patches.patch_calls(Child.name, lambda original, self: original(self).upper())
+            assert held() == "CHILD OF BASE"
+        assert held() == "child of base"

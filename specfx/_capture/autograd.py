@@ -56,17 +56,20 @@ def _has_proxy(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
 
 
 def install(tracer: TraceSession) -> None:
-    """Patch ``torch.autograd.Function.apply`` for the tracing context (see the module docstring)."""
-    original = torch.autograd.Function.__dict__["apply"].__func__
+    """Patch ``torch.autograd.Function.apply`` for the tracing context (see the module docstring).
 
-    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    Its calls are caught however ``apply`` is held: ``round_ste = RoundSte.apply`` at import
+    (the usual way to export a Function, Brevitas' straight-through estimators among them)
+    holds a bound method made before the trace, which a patched class attribute would miss."""
+
+    def apply(original: Any, cls: Any, *args: Any, **kwargs: Any) -> Any:
         if tracer.records_factories() and _has_proxy(args, kwargs):
             if cls is torch.utils.checkpoint.CheckpointFunction:
                 return _reentrant_checkpoint(tracer, *args, **kwargs)
             return _record(tracer, cls, args, kwargs)
         return original(cls, *args, **kwargs)
 
-    _patches.patch_classmethod(torch.autograd.Function, "apply", apply)
+    _patches.patch_calls(torch.autograd.Function.__dict__["apply"].__func__, apply)
 
 
 def _record(tracer: TraceSession, cls: type, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:

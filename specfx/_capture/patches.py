@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import torch.fx._symbolic_trace as _fx_trace
 
 __all__ = ["Session", "active", "confine_fx_tracing_flag", "fx_tracing_off", "no_full_collections", "patch",
-           "patch_classmethod",
+           "patch_calls", "patch_classmethod",
            "previous", "restore_fx_tracing", "tracing"]
 
 _ABSENT: Any = object()
@@ -228,6 +228,83 @@ def patch_classmethod(owner: type, name: str, replacement: Callable[..., Any]) -
         return classmethod(dispatch)
 
     key = _use_slot(owner, name, make_installed)
+    session = _session_now()
+    assert session is not None
+    session.replacements[key] = replacement
+
+
+# -- every call of a function, however it is held ---------------------------------------------
+#
+# Replacing an attribute misses the references taken before the patch: a bound method stored at
+# import (`round_ste_impl = RoundSteFn.apply`, the usual way to export an autograd Function)
+# keeps calling the function object it was made from. So the function object's code is swapped
+# for a stub that calls a global of the function's module, a dispatcher: this context reaches
+# the replacement, every other one a copy of the function with its own code. (A function's code
+# can only be swapped for code with as many free variables: the stub names the original's, so
+# the closure, `super()`'s `__class__` cell included, stays as it is.)
+
+_CALLS_PREFIX = "_specfx_calls_"
+
+
+def _copy_function(function: types.FunctionType) -> types.FunctionType:
+    copy = types.FunctionType(function.__code__, function.__globals__, function.__name__,
+                              function.__defaults__, function.__closure__)
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__qualname__ = function.__qualname__
+    return copy
+
+
+def _stub_code(function: types.FunctionType, dispatcher: str) -> types.CodeType:
+    """Code calling the global ``dispatcher`` with the call's arguments, with ``function``'s
+    free variables (named after the return, never read: the symbol table counts them all)."""
+    freevars = function.__code__.co_freevars
+    source = "def outer():\n"
+    source += "".join(f"    {name} = None\n" for name in freevars)
+    source += f"    def stub(*args, **kwargs):\n        return {dispatcher}(*args, **kwargs)\n"
+    if freevars:
+        source += f"        ({', '.join(freevars)},)\n"
+    source += "    return stub\n"
+    namespace: Dict[str, Any] = {}
+    exec(compile(source, "<specfx._capture.patches>", "exec"), namespace)
+    code = namespace["outer"]().__code__
+    if code.co_freevars != freevars:
+        raise RuntimeError(f"specfx cannot swap the code of {function.__qualname__} (free variables {freevars})")
+    return code.replace(co_name=function.__code__.co_name)
+
+
+def patch_calls(function: types.FunctionType, replacement: Callable[..., Any]) -> None:
+    """Within the current :func:`tracing` session, every call of ``function`` from this context
+    goes to ``replacement(original, *args, **kwargs)``, however the caller holds ``function``
+    (an alias or a bound method taken before the trace included); ``original`` runs the
+    function's own code. Calls from anywhere else run that code as before.
+
+    >>> import json
+    >>> from specfx._capture import patches as _patches
+    >>> held = json.dumps  # taken before the patch
+    >>> with _patches.tracing():
+    ...     _patches.patch_calls(json.dumps, lambda original, value: "patched " + original(value))
+    ...     held([1])
+    'patched [1]'
+    >>> held([1])
+    '[1]'
+    """
+    dispatcher = f"{_CALLS_PREFIX}{function.__name__}_{id(function):x}"
+
+    def make_dispatcher(before: Any, key: _Key) -> Callable[..., Any]:
+        original = _copy_function(function)  # (the code slot below is made after this one)
+
+        def dispatch(*args: Any, **kwargs: Any) -> Any:
+            session = _session_now()
+            if session is not None:
+                replacement = session.lookup(key)
+                if replacement is not None:
+                    return replacement(original, *args, **kwargs)
+            return original(*args, **kwargs)
+
+        return dispatch
+
+    key = _use_slot(function.__globals__, dispatcher, make_dispatcher)
+    _use_slot(function, "__code__", lambda before, key: _stub_code(function, dispatcher))
     session = _session_now()
     assert session is not None
     session.replacements[key] = replacement
