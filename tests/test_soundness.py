@@ -864,6 +864,68 @@ class TestRandomness:  # class 10
         with pytest.raises(SpecializationError, match=r"torch.random.fork_rng\(\) inside the traced code"):
             specfx.trace(f, (torch.ones(2),))
 
+    @pytest.mark.parametrize("control", [
+        "self.gen.manual_seed(7)", "self.gen.seed()", "self.gen.set_state(self.gen.get_state())",
+        "GEN.manual_seed(7)", "gen = self.gen\n        gen.manual_seed(7)", "self.gen.initial_seed()",
+    ])
+    def test_control_of_a_held_generator_in_forward_is_refused(self, control):
+        """A generator the model (or its module) holds, seeded or replayed in forward: the graph
+        would keep drawing from where the last call left off, eager starts again; refused at the line,
+        and the trace leaves the generator as it was."""
+        source = (f"def forward(self, x):\n        {control}\n"
+                  f"        return x + torch.randn(x.shape, generator=self.gen)\n")
+        filename = f"<generator {control.splitlines()[-1].strip()}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        namespace = {"torch": torch}
+        exec(compile(source, filename, "exec"), namespace)
+        module = type("Noisy", (nn.Module,), {"forward": namespace["forward"]})()
+        module.gen = namespace["GEN"] = torch.Generator().manual_seed(1)
+        state = module.gen.get_state()
+        line = 3 if "\n" in control else 2
+        with pytest.raises(SpecializationError, match=r"(?s)inside the traced code: a graph records the draws from a "
+                                                      r"generator, not its seeding.*Fix: seed the generator") as caught:
+            specfx.trace(module, torch.ones(2), policy=Policy(specfx.Specialize.ALL))
+        assert f"{filename}:{line}: {control.splitlines()[-1].strip()}" in str(caught.value)
+        assert torch.equal(module.gen.get_state(), state)
+
+    def test_a_helper_seeding_the_generator_it_is_given_is_refused(self):
+        def noise(generator, shape):
+            generator.manual_seed(0)
+            return torch.randn(shape, generator=generator)
+
+        class Noisy(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gen = torch.Generator()
+
+            def forward(self, x):
+                return x + noise(self.gen, x.shape)
+
+        with pytest.raises(SpecializationError, match=r"generator.manual_seed\(\) inside the traced code"):
+            specfx.trace(Noisy(), torch.ones(2))
+
+    def test_a_generator_passed_in_is_seeded_by_the_graph_as_by_eager(self):
+        """A generator that is an input is the graph's input too: its manual_seed is a graph call,
+        so graph and eager draw the same numbers and leave it in the same state."""
+
+        def f(x, generator):
+            generator.manual_seed(3)
+            return x + torch.randn(x.shape, generator=generator)
+
+        gm = specfx.trace(f, (torch.ones(2), torch.Generator()))
+        eager_generator, graph_generator = torch.Generator(), torch.Generator()
+        for _ in range(2):
+            assert torch.equal(gm(torch.ones(2), graph_generator), f(torch.ones(2), eager_generator))
+        assert torch.equal(graph_generator.get_state(), eager_generator.get_state())
+
+    @pytest.mark.parametrize("control", ["torch.cuda.manual_seed(0)", "torch.cuda.manual_seed_all(0)",
+                                         "torch.cuda.seed()", "torch.mps.manual_seed(0)"])
+    def test_accelerator_rng_control_in_forward_is_refused(self, control):
+        namespace = {"torch": torch}
+        exec(f"def f(x):\n    {control}\n    return x + torch.randn(x.shape)\n", namespace)
+        with pytest.raises(SpecializationError, match=re.escape(control.split("(")[0] + "() inside the traced code")):
+            specfx.trace(namespace["f"], (torch.ones(2),))
+
     @pytest.mark.parametrize("draw", [
         "random.choice([1, 2])", "numpy.random.rand()", "numpy.random.randn()", "numpy.random.randint(0, 3)",
         "numpy.random.normal()", "numpy.random.uniform()",

@@ -49,6 +49,11 @@ _PYTHON_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choice
                   "gauss", "normalvariate", "betavariate", "expovariate", "getrandbits", "triangular")
 # Reading or setting the state random draws start from: a graph records draws, not this.
 RNG_CONTROL = ("manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "fork_rng")
+# The same for the accelerators' generators (torch.cuda.manual_seed(...), torch.mps.set_rng_state(...)):
+# a graph cannot replay them either (on a machine without the device eager only queues them).
+_DEVICE_RNG_CONTROL = ("manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
+                       "get_rng_state_all", "set_rng_state", "set_rng_state_all")
+_DEVICE_MODULES = ("cuda", "mps", "xpu")
 _NUMPY_RANDOM = ("rand", "randn", "random", "random_sample", "randint", "uniform", "normal", "choice",
                  "permutation", "shuffle", "binomial", "beta", "poisson", "exponential")
 
@@ -185,8 +190,10 @@ def install(tracer: TraceSession) -> None:
     for owner, name, what, why, fix in refusals:
         _patches.patch(owner, name, _refuse_call(tracer, owner, name, what, why, fix))
     # RNG control in model code; torch's own code (checkpoint stashing the RNG state) is left alone
-    for owner in (torch, torch.random):
-        for name in RNG_CONTROL:
-            if callable(getattr(owner, name, None)):
-                _patches.patch(owner, name, _refuse_call(tracer, owner, name, f"{owner.__name__}.{name}()",
-                                                         *RNG_CONTROL_REFUSAL, model_code_only=True))
+    controls = [(owner, name) for owner in (torch, torch.random) for name in RNG_CONTROL]
+    devices = [getattr(torch, device, None) for device in _DEVICE_MODULES]
+    controls += [(owner, name) for owner in devices if owner is not None for name in _DEVICE_RNG_CONTROL]
+    for owner, name in controls:
+        if callable(getattr(owner, name, None)):
+            _patches.patch(owner, name, _refuse_call(tracer, owner, name, f"{owner.__name__}.{name}()",
+                                                     *RNG_CONTROL_REFUSAL, model_code_only=True))

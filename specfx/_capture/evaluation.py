@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import operator
-from typing import Any, Callable, ContextManager, Dict, Iterator, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 import torch
 from torch.fx._symbolic_trace import _orig_module_call
@@ -49,6 +49,7 @@ class StateView(Protocol):
     def read(self, value: Any, *, is_buffer: bool) -> Any: ...
     def writable(self, value: Any) -> Any: ...
     translating: bool
+    controlled: List[torch.Generator]  # generators forward seeded (refused): put back after the trace
 
     def translate(self, value: Any) -> Any: ...
     def leaf(self, module: torch.nn.Module) -> Tuple[torch.nn.Module, bool]: ...

@@ -96,6 +96,8 @@ class PythonState:
         self._bindings: List[Tuple[str, Any, Dict[str, Any]]] = []  # (what, owner, copy of its entries)
         self._contents: List[Tuple[str, Any, Any]] = []  # (what, container, shallow copy)
         self._cells: List[Tuple[str, Any, Any]] = []  # (what, cell, value)
+        self._generators: List[Tuple[torch.Generator, torch.Tensor]] = []  # (a module's generator, its state)
+        self.controlled: List[torch.Generator] = []  # those forward seeded (refused): put back
         self.excused: Set[str] = set()
         for space in spaces:
             module = space.get("__name__", "?")
@@ -105,6 +107,8 @@ class PythonState:
             for name, value in list(space.items()):
                 if type(value) in (list, dict, set) and not name.startswith("__"):
                     self._contents.append((f"{module}.{name}", value, _copy(value)))
+                elif isinstance(value, torch.Generator):  # seeded in forward before specfx refuses it
+                    self._generators.append((value, value.get_state()))
         function = root.forward if isinstance(root, torch.nn.Module) else root
         function = getattr(function, "__func__", function)
         code = getattr(function, "__code__", None)
@@ -153,6 +157,9 @@ class PythonState:
 
     def restore(self) -> None:
         """Put back every binding, container and closure variable as it was."""
+        for generator, state in self._generators:
+            if any(g is generator for g in self.controlled):  # (not another thread's draws)
+                generator.set_state(state)
         for _, owner, before in self._bindings:
             if isinstance(owner, dict):
                 for name in [n for n in owner if n not in before and not _dunder(n)]:

@@ -187,6 +187,8 @@ class TraceState:
         # the model, whose tensors an op may reach without an attribute read the tracer
         # sees (a plain tensor attribute: torch.fx reads it as a constant)
         self._root: Optional[torch.nn.Module] = root if isinstance(root, torch.nn.Module) else None
+        # generators the traced code seeded or set the state of (refused): their states are put back
+        self.controlled: List[torch.Generator] = []
         self._private: Dict[int, torch.Tensor] = {}  # id(user's tensor) -> private copy
         self._storages: Dict[int, torch.Tensor] = {}  # storage of a copied tensor -> the copy's storage holder
         self._state: Dict[int, Optional[int]] = {}  # id of a tensor read from the model -> its storage key
@@ -531,7 +533,9 @@ class StateKeeper:
             for key in itertools.filterfalse(_TABLES.__contains__, table):
                 value = table[key]
                 # (isinstance(x, torch.Generator) runs Python code: asked only of unusual types)
-                if type(value) in _MUTABLE or (retry and type(value) not in _PLAIN_ATTRIBUTES
+                # (a generator: the trace draws from a private one, but forward may seed it before
+                # specfx refuses that: then it is put back)
+                if type(value) in _MUTABLE or (type(value) not in _PLAIN_ATTRIBUTES
                                                and isinstance(value, torch.Generator)):
                     self._remember(f"{name}.{key}" if name else key, value, seen, 4)
         holders.extend((name, m) for (name, m), is_script in zip(tree, script) if is_script)
@@ -588,6 +592,10 @@ class StateKeeper:
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state_all(self._cuda_rng)
         for generator, state in self._generators:
+            # (a trace draws from private generators: the user's changed only if forward seeded it,
+            # refused; another thread's draws meanwhile stay)
+            if not self._retry and not any(g is generator for g in self.trace_state.controlled):
+                continue
             if not torch.equal(generator.get_state(), state):
                 generator.set_state(state)
         live = self._live

@@ -738,7 +738,10 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         lasti = frame.f_lasti
         for check in type_checks(frame.f_code):
             if lasti in check.dominated and not check.reassigned:
-                self._refuse_type_of_proxy(check, frame.f_locals, frame.f_code)
+                if check.kind == "rng":
+                    self._refuse_generator_control(check, frame.f_locals, frame.f_globals, frame.f_code)
+                else:
+                    self._refuse_type_of_proxy(check, frame.f_locals, frame.f_code)
 
     def _check_returned_frames(self, code: Optional[types.CodeType]) -> None:
         """A forward returned (``code``; None: the trace ended): check the watched frames again
@@ -776,8 +779,34 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         except (TypeError, ValueError):
             return
         for check in checks:
-            if not check.stored:  # the value at entry is the one type() gets
+            if check.stored:  # the value at entry may not be the one type() gets
+                continue
+            if check.kind == "rng":
+                self._refuse_generator_control(check, bound, getattr(function, "__globals__", {}), code)
+            else:
                 self._refuse_type_of_proxy(check, bound, code)
+
+    def _refuse_generator_control(self, check: TypeCheck, names: Any, space: Dict[str, Any],
+                                  code: types.CodeType) -> None:
+        """``g.manual_seed(...)`` (or another method that seeds a generator, sets or reads its
+        state) certainly ran on a ``torch.Generator`` ``g``: a graph records the draws from
+        ``g``, not the seeding, so it would continue where the last call left off."""
+        *chain, method = check.argument
+        value = names.get(chain[0], space.get(chain[0]))
+        for attribute in chain[1:]:
+            if isinstance(value, Proxy):
+                return
+            value = getattr(value, attribute, None)
+        if not isinstance(value, torch.Generator):
+            return
+        self.state.controlled.append(value)  # (put back when the trace ends, by the state keepers)
+        if self._python_state is not None:
+            self._python_state.controlled.append(value)
+        location = SourceLocation(code.co_filename, check.line, code.co_name)
+        what = f"{'.'.join(chain)}.{method}()"
+        self.refuse(SpecializationError(
+            _messages.refused_inside_code(what, *_messages.GENERATOR_CONTROL_REFUSAL, location),
+            operation=what, location=str(location)))
 
     def _refuse_type_of_proxy(self, check: TypeCheck, names: Any, code: types.CodeType) -> None:
         value = names.get(check.argument[0])

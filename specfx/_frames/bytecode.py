@@ -260,7 +260,9 @@ class TypeCheck(NamedTuple):
     reassigned: bool  # the local is stored to after the call: its value then may not be the one type() got
     stored: bool  # the local is stored to anywhere (a parameter's value at entry may not be the one)
     always: bool  # it runs on every path that returns (so checking the arguments at entry is exact)
-    kind: str = "type"  # "type": type(x) compared; "identity": x is/is not <not None>, or id(x)
+    kind: str = "type"  # "type": type(x) compared; "identity": x is/is not <not None>, or id(x);
+    # "rng": <name>[.attr...].manual_seed(...) and the other methods that seed or set a generator's state
+    # (the argument ends with the method's name)
 
 
 # Instructions after which control does not fall through, and loads of a frame's local.
@@ -270,6 +272,9 @@ _LOCAL_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW", "L
                           "LOAD_FAST_AND_CLEAR", "LOAD_CLOSURE"})
 _COMPARISONS = frozenset({"IS_OP", "COMPARE_OP", "CONTAINS_OP"})
 _JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+# torch.Generator's methods that seed it, set its state or read the state a graph cannot replay
+GENERATOR_CONTROL = frozenset({"manual_seed", "seed", "set_state", "get_state", "initial_seed",
+                               "graphsafe_set_state", "graphsafe_get_state", "clone_state"})
 _TYPE_CHECKS: Dict[int, Tuple[types.CodeType, Tuple[TypeCheck, ...]]] = {}
 
 
@@ -400,6 +405,10 @@ def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
             line = next((a.positions.lineno for a in listing[i:j + 1]  # type: ignore[attr-defined]
                          if getattr(a, "positions", None) is not None and a.positions.lineno), 0)  # type: ignore[attr-defined]
             found.append(TypeCheck(call, line, tuple(argument), dominated, reassigned, stored, always, kind))
+    if not GENERATOR_CONTROL.isdisjoint(code.co_names):
+        listing = listing or _instructions(code)[0]
+        dominators = dominators or _dominators(listing)
+        found += _generator_controls(listing, dominators)
     if "IS_OP" in _opnames(code):
         listing = listing or _instructions(code)[0]
         loads = _split_paired_loads(listing)
@@ -429,6 +438,28 @@ def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
                                        bool(returns) and all(r in dominated for r in returns), "identity"))
     _TYPE_CHECKS[id(code)] = (code, tuple(found))  # the code is kept: its id stays its own
     return tuple(found)
+
+
+def _generator_controls(listing: List[dis.Instruction], dominators: Dict[int, frozenset]) -> List[TypeCheck]:
+    """The ``<local>[.attr...].manual_seed`` (and other :data:`GENERATOR_CONTROL`) method reads of
+    a listing: on a ``torch.Generator`` they seed it or set its state, which a graph cannot replay."""
+    found: List[TypeCheck] = []
+    returns = [a.offset for a in listing if a.opname in ("RETURN_VALUE", "RETURN_CONST")]
+    for k, inst in enumerate(listing):
+        if inst.opname not in ("LOAD_ATTR", "LOAD_METHOD") or inst.argval not in GENERATOR_CONTROL:
+            continue
+        start = _operand_start(listing, k)
+        if start is None or listing[start].opname not in _LOCAL_LOADS | {"LOAD_GLOBAL", "LOAD_NAME"}:
+            continue
+        name = listing[start].argval
+        dominated = frozenset(o for o, doms in dominators.items() if inst.offset in doms and o != inst.offset)
+        stores = [a.offset for a in listing if a.opname in ("STORE_FAST", "DELETE_FAST") and a.argval == name]
+        line = next((a.positions.lineno for a in listing[start:k + 1]  # type: ignore[attr-defined]
+                     if getattr(a, "positions", None) is not None and a.positions.lineno), 0)  # type: ignore[attr-defined]
+        found.append(TypeCheck(inst.offset, line, (name, *(a.argval for a in listing[start + 1:k + 1])), dominated,
+                               any(o > inst.offset for o in stores), bool(stores),
+                               bool(returns) and all(r in dominated for r in returns), "rng"))
+    return found
 
 
 # -- which callable a call instruction calls -------------------------------------------------
