@@ -256,3 +256,81 @@ class TestCheckpoint:
         model = Sequence()
         gm = specfx.trace(model, (randn(2, 4, grad=True),))
         assert_same_gradients(model, gm, (randn(3, 4, grad=True),), module=model)
+
+
+class TestGradientsInForward:
+    """`torch.autograd.grad` and `Tensor.register_hook` inside forward: graph calls, so the graph's
+    outputs and gradients are eager's; `backward()` inside forward is refused (the trace would
+    accumulate into the model's `.grad`)."""
+
+    def test_autograd_grad_in_forward_is_a_graph_call(self):
+        class InputGradient(nn.Module):  # a gradient penalty, second order
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(3, 3)
+
+            def forward(self, x):
+                energy = self.lin(x).pow(2).sum()
+                (force,) = torch.autograd.grad(energy, x, create_graph=True)
+                (weight_grad,) = torch.autograd.grad(energy, self.lin.weight, create_graph=True)
+                return force * 2 + x @ weight_grad.t()
+
+        torch.manual_seed(0)
+        model = InputGradient()
+        example = randn(2, 3, grad=True)
+        gm = specfx.trace(model, example)
+        assert "torch.autograd.grad" in gm.code
+        assert model.lin.weight.grad is None and example.grad is None  # the trace took no gradient into them
+        assert_same_gradients(model, gm, (randn(4, 3, grad=True),), model)
+
+    @pytest.mark.parametrize("hook", ["lambda", "method", "module_function"])
+    def test_register_hook_in_forward_is_registered_by_the_graph(self, hook):
+        class HookedGrad(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.scale = 10.0
+
+            def scaled(self, grad):
+                return grad * self.scale
+
+            def forward(self, x):
+                y = x * 2
+                if y.requires_grad:
+                    y.register_hook({"lambda": lambda g: g * 10, "method": self.scaled,
+                                     "module_function": _negated}[hook])
+                return y.sum(dim=-1)
+
+        model = HookedGrad()
+        gm = specfx.trace(model, randn(2, 3, grad=True))
+        assert "register_hook" in gm.code
+        assert_same_gradients(model, gm, (randn(2, 3, grad=True),), model)
+        with torch.no_grad():  # without grad eager registers nothing, and the graph neither
+            gm = specfx.trace(model, randn(2, 3))
+        assert torch.equal(gm(torch.ones(2, 3)), model(torch.ones(2, 3)))
+
+    def test_a_hook_holding_a_value_of_the_forward_is_refused(self):
+        def f(x):
+            y = x * 2
+            z = x + 1
+            y.register_hook(lambda g: g * z)
+            return (y * z).sum()
+
+        with pytest.raises(SpecializationError, match=r"(?s)`y.register_hook\(hook\)` registers a hook that holds a "
+                                                      r"value of this forward \(z\).*Fix: compute inside the hook"):
+            specfx.trace(f, randn(3, grad=True))
+
+    @pytest.mark.parametrize("call", ["loss.backward()", "torch.autograd.backward(loss)"])
+    def test_backward_in_forward_is_refused_and_leaves_the_model_as_it_was(self, call):
+        namespace = {"torch": torch}
+        exec(f"def forward(self, x):\n    loss = self.lin(x).sum()\n    {call}\n    return loss\n", namespace)
+        model = type("Trains", (nn.Module,), {"forward": namespace["forward"]})()
+        model.lin = nn.Linear(3, 3)
+        model.lin.weight.grad = torch.ones(3, 3)
+        with pytest.raises(SpecializationError, match=r"(?s)backward\(\) inside the traced code: the trace would run it "
+                                                      r"on the example values.*Fix: call backward on the graph's output"):
+            specfx.trace(model, torch.ones(2, 3))
+        assert torch.equal(model.lin.weight.grad, torch.ones(3, 3)) and model.lin.bias.grad is None
+
+
+def _negated(grad):
+    return -grad

@@ -33,7 +33,7 @@ from torch.fx.proxy import Proxy
 
 from . import patches as _patches
 from .._frames.source import user_location
-from .._policy.messages import autograd_function_argument
+from .._policy.messages import autograd_function_argument, backward_in_forward
 from ..errors import SpecializationError
 from .session import TraceSession
 from .values import value_of
@@ -56,9 +56,12 @@ def _has_proxy(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
 
 
 def install(tracer: TraceSession) -> None:
-    """Patch ``torch.autograd.Function.apply`` for the tracing context (see the module docstring).
+    """Patch ``torch.autograd.Function.apply`` for the tracing context (see the module docstring);
+    ``torch.autograd.grad`` on traced values is one graph call (autograd differentiates the graph's
+    own values at run time, as eager's), ``torch.autograd.backward`` is refused (the trace would
+    accumulate into the model's ``.grad``).
 
-    Its calls are caught however ``apply`` is held: ``round_ste = RoundSte.apply`` at import
+    ``apply``'s calls are caught however it is held: ``round_ste = RoundSte.apply`` at import
     (the usual way to export a Function, Brevitas' straight-through estimators among them)
     holds a bound method made before the trace, which a patched class attribute would miss."""
 
@@ -70,6 +73,23 @@ def install(tracer: TraceSession) -> None:
         return original(cls, *args, **kwargs)
 
     _patches.patch_calls(torch.autograd.Function.__dict__["apply"].__func__, apply)
+
+    def grad(*args: Any, **kwargs: Any) -> Any:
+        if tracer.records_factories() and _has_proxy(args, kwargs):
+            return tracer.create_proxy("call_function", _patches.previous(torch.autograd, "grad"), args, kwargs)
+        return _patches.previous(torch.autograd, "grad")(*args, **kwargs)
+
+    _patches.patch(torch.autograd, "grad", grad)
+
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        if tracer.records_factories() and _has_proxy(args, kwargs):
+            location = user_location()
+            tracer.refuse(SpecializationError(backward_in_forward("torch.autograd.backward()", location),
+                                              operation="torch.autograd.backward()",
+                                              location=str(location) if location else None))
+        return _patches.previous(torch.autograd, "backward")(*args, **kwargs)
+
+    _patches.patch(torch.autograd, "backward", backward)
 
 
 def _record(tracer: TraceSession, cls: type, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:

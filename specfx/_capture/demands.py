@@ -106,6 +106,7 @@ class ValueDemands:
     create_proxy: Callable[..., Proxy]
     refuse: Callable[[BaseException], NoReturn]
     records_factories: Callable[[], bool]
+    constant_proxy: Callable[[Any, str], Proxy]
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -450,7 +451,26 @@ class ValueDemands:
                 self.decide(Decision(root, GuardKind(name), Specialize.SCALARS, result, (result,), text,
                                      f"`{text}`", needs_data=True))
                 return result
+        if name == "backward" and isinstance(value, torch.Tensor):
+            location = user_location()
+            what = f"{self.describe(root)}.backward()"
+            self.refuse(SpecializationError(_messages.backward_in_forward(what, location), operation=what,
+                                            location=str(location) if location else None))
+        if name in GRADIENT_HOOKS and isinstance(value, torch.Tensor) and args and callable(args[0]):
+            args = (self._held_hook(root, name, args[0]), *args[1:])
         return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
+
+    def _held_hook(self, root: ValueProxy, name: str, hook: Any) -> Any:
+        """``y.register_hook(hook)``: the graph holds ``hook`` and registers it on its own ``y`` at
+        every call, as eager does; a hook that holds a traced value (a closure over another
+        tensor of this forward) would hold the trace's proxy, so it is refused."""
+        held = _traced_values_held(hook)
+        if held is not None:
+            location = user_location()
+            self.refuse(SpecializationError(
+                _messages.hook_holds_traced_value(self.describe(root), name, held, location),
+                operation=f"{self.describe(root)}.{name}()", location=str(location) if location else None))
+        return self.constant_proxy(hook, "_hook_")
 
     def _read_shape_method(
         self, root: ValueProxy, name: str, value: torch.Tensor, args: Tuple[Any, ...], kwargs: Dict[str, Any]
@@ -514,6 +534,28 @@ class ValueDemands:
         name = type_name(value_of(proxy))  # the exact class: a Parameter, a list or a tuple, an int or a float
         self.decide(Decision(proxy, GuardKind.TYPE, Specialize.NONE, name, (name,), text,
                              f"isinstance() of `{text}`", key=(proxy.node, GuardKind.TYPE), location=location))
+
+
+# Tensor methods that register a function autograd calls in backward: the graph registers it anew.
+GRADIENT_HOOKS = frozenset({"register_hook", "register_post_accumulate_grad_hook"})
+
+
+def _traced_values_held(function: Any) -> Optional[str]:
+    """The name of a closure variable or default of ``function`` that holds a traced value, if any."""
+    code = getattr(function, "__code__", None)
+    cells = getattr(function, "__closure__", None) or ()
+    names = list(code.co_freevars) if code is not None else []
+    for name, cell in zip(names, cells):
+        try:
+            contents = cell.cell_contents
+        except ValueError:
+            continue
+        if any(isinstance(v, Proxy) for v in (contents, *(contents if isinstance(contents, (list, tuple)) else ()))):
+            return name
+    defaults = (getattr(function, "__defaults__", None) or ()) + tuple((getattr(function, "__kwdefaults__", None) or {}).values())
+    if any(isinstance(v, Proxy) for v in defaults):
+        return "a default argument"
+    return None
 
 
 def _is_parameter_node(proxy: ValueProxy) -> bool:

@@ -302,7 +302,9 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         if name is None:
             name = next((key for key, held in vars(root).items() if key.startswith(prefix) and held is value), None)
         if name is None:
-            name = self.get_fresh_qualname(prefix + getattr(value, "__name__", type(value).__name__) + "_")
+            # (a lambda's name, `<lambda>`, spelled as an identifier)
+            label = "".join(c if c.isalnum() or c == "_" else "" for c in getattr(value, "__name__", type(value).__name__))
+            name = self.get_fresh_qualname(prefix + label + "_")
             setattr(root, name, value)
         self.tensor_attrs[value] = name
         return self.create_proxy("get_attr", name, (), {})

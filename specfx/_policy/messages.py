@@ -15,7 +15,7 @@ from .spelling import spelling
 from .._frames.source import SourceLocation
 from ..errors import SpecializationError, compatible_error_class
 
-__all__ = ["GENERATOR_CONTROL_REFUSAL", "RNG_CONTROL_REFUSAL", "TENSOR_STATE", "attribute_write", "autograd_function_argument", "calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "input_container_writes", "keyword_batch_positional", "list_example_failed", "list_is_one_argument", "meta_error", "model_class_given", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "python_state_changes", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
+__all__ = ["GENERATOR_CONTROL_REFUSAL", "RNG_CONTROL_REFUSAL", "TENSOR_STATE", "attribute_write", "autograd_function_argument", "calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "backward_in_forward", "hook_holds_traced_value", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "input_container_writes", "keyword_batch_positional", "list_example_failed", "list_is_one_argument", "meta_error", "model_class_given", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "python_state_changes", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
 
 # What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
 # code matching on FX's messages keeps working when specfx runs without examples.
@@ -552,6 +552,29 @@ RNG_CONTROL_REFUSAL = (
     "from eager",
     "seed or set the generator's state before calling the graph (or draw from a torch.Generator passed in)",
 )
+
+
+def hook_holds_traced_value(tensor: str, method: str, held: str, location: Optional[SourceLocation]) -> str:
+    """``y.register_hook(hook)`` in forward with a hook that holds another traced value."""
+    where = f"\n  at {location.describe()}" if location else ""
+    return (
+        f"`{tensor}.{method}(hook)` registers a hook that holds a value of this forward ({held}): the graph "
+        f"registers the hook again on every call, but the value the hook holds would be the trace's, not "
+        f"that call's.\nFix: compute inside the hook from its gradient argument only (and module attributes), "
+        f"or register the hook on the graph's output after calling it.{where}"
+    )
+
+
+def backward_in_forward(what: str, location: Optional[SourceLocation]) -> str:
+    """``loss.backward()`` / ``torch.autograd.backward`` called by the traced code."""
+    where = f"\n  at {location.describe()}" if location else ""
+    return (
+        f"{what} inside the traced code: the trace would run it on the example values and accumulate "
+        f"gradients into the .grad of the model's parameters (in place), and tracing must leave the model as "
+        f"it was; no flag changes that.\n"
+        f"Fix: call backward on the graph's output, outside forward (`loss = gm(x); loss.backward()`), or take "
+        f"the gradient with torch.autograd.grad(...) in forward, which the graph calls as eager does.{where}"
+    )
 
 
 GENERATOR_CONTROL_REFUSAL = (
