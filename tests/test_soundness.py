@@ -558,27 +558,31 @@ class TestTensorProperties:  # class 7
 
 
 class TestTypeOfTracedValues:  # class 7, type(x)
-    """`type(x)` cannot be intercepted: compared on a traced value it is refused, naming the
-    line and the fix, on whichever branch the comparison took."""
+    """`type(x)` in model code answers as eager (the traced value's class, an input's guarded),
+    through the name `type` of the traced code's modules; a `type()` call that ran before specfx
+    could answer it is refused, naming the line and the fix."""
 
     @pytest.mark.parametrize("test", ["type(x) is torch.Tensor", "type(x) is not torch.Tensor",
                                       "type(x) == torch.Tensor", "type(x) in (torch.Tensor, nn.Parameter)",
-                                      "type(x).__name__ == 'Tensor'", "type(self.scale) is float"])
-    def test_compared_type_of_a_traced_value_is_refused(self, test):
-        source = f"def forward(self, x):\n    if {test}:\n        return x\n    return x * 2\n"
+                                      "type(x).__name__ == 'Tensor'", "type(self.scale) is float",
+                                      "type(self.weight) is nn.Parameter", "type(x * 2) is torch.Tensor"])
+    def test_compared_type_of_a_traced_value_is_answered_as_eager(self, test):
+        source = f"def forward(self, x):\n    if {test}:\n        return x * self.weight\n    return x * 2\n"
         filename = f"<type-check {test}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        namespace = {"torch": torch, "nn": nn}
+        namespace = {"torch": torch, "nn": nn, "__name__": "typecheck"}
         exec(compile(source, filename, "exec"), namespace)
         module = type("Model", (nn.Module,), {"forward": namespace["forward"]})()
-        module.scale = 2.0  # a Python float: type() answers truly, nothing to refuse
-        if "self.scale" in test:
-            gm = specfx.trace(module, torch.ones(2))
-            assert torch.equal(gm(torch.ones(2)), module(torch.ones(2)))
-            return
-        with pytest.raises(SpecializationError, match=r"isinstance\(x, torch.Tensor\)") as caught:
-            specfx.trace(module, torch.ones(2))
-        assert f"{filename}:2: if {test}" in str(caught.value)
+        module.scale = 2.0
+        module.weight = nn.Parameter(torch.full((2,), 3.0))
+        gm = specfx.trace(module, torch.ones(2))
+        for x in (torch.ones(2), torch.randn(2)):
+            assert torch.equal(gm(x), module(x))
+        assert "type" not in namespace  # the name is the builtin's again
+        if "type(x)" in test:  # the input's exact class is guarded
+            with pytest.raises(GuardError, match=r"assuming type\(x\) is torch.Tensor, but for this input type\(x\) "
+                                                 r"is torch.nn.parameter.Parameter"):
+                gm(nn.Parameter(torch.ones(2)))
 
     def test_in_a_submodule_after_its_last_op_and_on_python_inputs(self):
         class Sub(nn.Module):
@@ -588,14 +592,41 @@ class TestTypeOfTracedValues:  # class 7, type(x)
                     return y
                 return y * 2
 
-        with pytest.raises(SpecializationError, match="type\\(y\\)"):
-            specfx.trace(nn.Sequential(Sub()), torch.ones(2))
+        model = nn.Sequential(Sub())
+        gm = specfx.trace(model, torch.ones(2))
+        assert torch.equal(gm(torch.ones(2)), model(torch.ones(2)))
 
         def scale(x, n):
             return x * n if type(n) is int else x
 
-        with pytest.raises(SpecializationError, match="type\\(n\\)"):
-            specfx.trace(scale, (torch.ones(2), 3))
+        gm = specfx.trace(scale, (torch.ones(2), 3))
+        assert torch.equal(gm(torch.ones(2), 3), scale(torch.ones(2), 3))
+
+    def test_type_keeps_its_other_uses_while_traced(self):
+        def f(x):
+            made = type("Made", (), {"k": 2})  # three arguments: a class
+            assert isinstance(int, type) and issubclass(bool, int) and type(3) is int
+            return x * made.k if type(x) is torch.Tensor else x
+
+        gm = specfx.trace(f, torch.ones(2))
+        assert torch.equal(gm(torch.ones(2)), f(torch.ones(2)))
+
+    def test_a_type_call_run_before_specfx_saw_its_frame_is_refused(self):
+        """A helper of a module specfx does not know yet, comparing `type()` before its first op:
+        the call ran with the builtin (the proxy's class), so it is refused at its line."""
+        source = "def helper(x):\n    if type(x) is torch.Tensor:\n        return x * 2\n    return x - 1\n"
+        filename = "<helper module>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        helpers = {"torch": torch, "__name__": "helpers"}
+        exec(compile(source, filename, "exec"), helpers)
+        helper = helpers["helper"]
+
+        def f(x):
+            return helper(x) + 1
+
+        with pytest.raises(SpecializationError, match=r"isinstance\(x, torch.Tensor\)") as caught:
+            specfx.trace(f, torch.ones(2))
+        assert f"{filename}:2: if type(x) is torch.Tensor" in str(caught.value)
 
     def test_type_of_untraced_values_and_branches_not_run_are_not_refused(self):
         def f(x, items):

@@ -41,8 +41,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch.fx._symbolic_trace as _fx_trace
 
-__all__ = ["Session", "active", "confine_fx_tracing_flag", "fx_tracing_off", "no_full_collections", "patch",
-           "patch_calls", "patch_classmethod",
+__all__ = ["ModelType", "Session", "active", "answer_type", "confine_fx_tracing_flag", "fx_tracing_off",
+           "no_full_collections", "patch", "patch_calls", "patch_classmethod", "shadow_type",
            "previous", "restore_fx_tracing", "tracing"]
 
 _ABSENT: Any = object()
@@ -205,6 +205,65 @@ def previous(owner: Any, name: str) -> Any:
     with _LOCK:
         slot = _SLOTS.get((id(owner), name))
         return _callable(owner, name) if slot is None else slot.before
+
+
+# -- `type(x)` in model code ------------------------------------------------------------------
+#
+# Python's type() cannot be intercepted: a traced value is specfx's proxy, so `type(x) is
+# torch.Tensor` would take the other branch. Model code finds `type` by name, in its module's
+# globals before the builtins; while a session traces, the module dicts of the traced code hold
+# `type` = ModelType (put there by shadow_type, taken away when the session ends), a class that
+# calls the session's answer for a one-argument call (the traced value's class) and is the builtin
+# for everything else: a call with three arguments makes a class, isinstance(c, type) and
+# issubclass(c, type) answer as for the builtin, and any other thread gets the builtin's answers.
+
+
+class _TypeOfModelCode(type):
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs:
+            session = _session_now()
+            if session is not None:
+                answer = session.lookup(_TYPE_ANSWER)
+                if answer is not None:
+                    return answer(args[0])
+        return builtins.type(*args, **kwargs)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, builtins.type)
+
+    def __subclasscheck__(cls, subclass: Any) -> bool:
+        return issubclass(subclass, builtins.type)
+
+    def __getattr__(cls, name: str) -> Any:  # type.__name__ is the class's own; type.mro, type.__new__...
+        return getattr(builtins.type, name)
+
+
+class ModelType(metaclass=_TypeOfModelCode):
+    """The ``type`` that traced model code finds by name (see :func:`shadow_type`)."""
+
+
+ModelType.__name__ = ModelType.__qualname__ = "type"
+_TYPE_ANSWER: _Key = (id(ModelType), "__call__")
+
+
+def answer_type(answer: Callable[[Any], Any]) -> None:
+    """Within the current :func:`tracing` session, ``type(obj)`` in the namespaces
+    :func:`shadow_type` shadows calls ``answer(obj)``."""
+    session = _session_now()
+    assert session is not None
+    session.replacements[_TYPE_ANSWER] = answer
+
+
+def shadow_type(namespace: Dict[str, Any]) -> None:
+    """Within the current :func:`tracing` session, the name ``type`` in ``namespace`` (a
+    module's globals) is :class:`ModelType`, unless the module defines its own ``type``."""
+    if namespace.get("type", ModelType) is not ModelType:
+        return
+    key = (id(namespace), "type")
+    session = _session_now()
+    if session is None or key in session.keys:
+        return
+    _use_slot(namespace, "type", lambda before, key: ModelType)
 
 
 def patch_classmethod(owner: type, name: str, replacement: Callable[..., Any]) -> None:

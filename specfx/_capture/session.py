@@ -38,6 +38,9 @@ class TraceSession(Protocol):
     def constant_proxy(self, value: Any, prefix: str) -> Any:
         """A ``get_attr`` proxy of an object the graph holds (a class it calls), named ``prefix...``."""
 
+    def note_type_read(self, proxy: Any, frame: Any) -> None:
+        """Model code (``frame``) asked the class of a traced value: guard an input's exact class."""
+
     def records_factories(self) -> bool:
         """Whether calls made now come from traced model code (not from specfx computing a value)."""
 

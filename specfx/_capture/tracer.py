@@ -40,6 +40,7 @@ from .._frames import caught as _caught
 from .._policy import messages as _messages
 
 from . import patches as _patches
+from .patches import ModelType
 from .._frames.bytecode import TypeCheck, type_checks
 from .decisions import Decider, Decision
 from .._graph.retrace import anchor_tracer, grad_enabled
@@ -53,6 +54,7 @@ from .factories import check_generator, record_factories
 from .foreign import PARAMETER_NEW, ForeignModules, parameter_made_in_forward
 from .held import reading_held_tensors
 from .python_draws import install as install_python_draws
+from .type_answers import TypeAnswers
 from .._policy.policy import Layer, Policy, Specialize
 from .python_state import PythonState, install_cache_bypass, install_warnings, namespaces, store_location
 from .roots import (default_to_concrete_values, definition_line, optional_parameters,
@@ -214,6 +216,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self.attribute_holders: Optional[list[Tuple[str, torch.nn.Module]]] = None
         # frames that compare type(x), checked again when they return (_check_returned_frames)
         self._watched_frames: Dict[int, types.FrameType] = {}
+        self._types: Optional[TypeAnswers] = None  # type() in model code, answered (while tracing with examples)
         # Python state outside the model, remembered while a trace with examples runs (python_state.py)
         self._python_state: Optional[PythonState] = None
         # traced values formatted into a message the graph records (see _message_flow.py)
@@ -250,6 +253,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                         self._foreign.watch()
                         install_cache_bypass(self, spaces)
                         install_warnings(self)
+                        self._types = TypeAnswers(self)
+                        self._types.install(spaces)
                     # (after ambient's refusals; without examples too: re-tracing generated code,
                     # as unpickling does, must record the graph's draws again)
                     install_python_draws(self, self.decisions.draws)
@@ -278,6 +283,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                 # (the walks' memo holds frames of the traced code, and their locals: let them go)
                 self._boundary, self._leaf_caller = (None, None, _caught.new_memo()), None
                 self._watched_frames.clear()
+                self._types = None
                 reset_layers(token)
                 annotations_active().reset(annotations)
                 _ACTIVE_TRACER.reset(active)
@@ -732,6 +738,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         frames at an op): checked now, and kept to check again when it has returned (its
         last ops may come before the comparison)."""
         self._watched_frames[id(frame)] = frame
+        if self._types is not None:  # type() calls not run yet are answered from now on
+            self._types.shadow(frame.f_globals)
         self._check_types_in(frame)
 
     def _check_types_in(self, frame: types.FrameType) -> None:
@@ -772,8 +780,12 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         found = type_checks(code)
         if not found:  # (nearly every forward: one cached lookup)
             return
+        space = getattr(inspect.unwrap(getattr(function, "__func__", function)), "__globals__", {})
+        if self._types is not None and any(c.kind == "type" for c in found):
+            self._types.shadow(space)  # its type() calls are answered as eager's
         parameters = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
-        checks = [c for c in found if c.always and c.argument[0] in parameters]
+        checks = [c for c in found if c.always and c.argument[0] in parameters
+                  and not (c.kind == "type" and space.get("type") is ModelType)]
         if not checks:
             return
         try:
@@ -784,7 +796,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             if check.stored:  # the value at entry may not be the one type() gets
                 continue
             if check.kind == "rng":
-                self._refuse_generator_control(check, bound, getattr(function, "__globals__", {}), code)
+                self._refuse_generator_control(check, bound, space, code)
             else:
                 self._refuse_type_of_proxy(check, bound, code)
 
@@ -820,6 +832,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             return
         if code is PARAMETER_NEW:  # a layer built in forward: its weights are made on every call
             self.refuse(parameter_made_in_forward())
+        if check.kind == "type" and self._types is not None and self._types.answered(code, check.offset):
+            return  # ModelType answered it as eager
         location = SourceLocation(code.co_filename, check.line, code.co_name)
         if check.kind == "type":
             self.refuse(_messages.type_of_traced_value(".".join(check.argument), value_of(value), location))
