@@ -49,8 +49,11 @@ class TypeAnswers:
 
     def shadow(self, namespace: Dict[str, Any]) -> None:
         """Answer ``type()`` in ``namespace`` (a module's globals) too, unless it is torch's or specfx's."""
-        if namespace.get("__name__", "").split(".")[0] not in ("torch", "specfx", "builtins"):
-            _patches.shadow_type(namespace)
+        name = namespace.get("__name__", "")
+        module = sys.modules.get(name)
+        if name.split(".")[0] in ("torch", "specfx", "builtins") and getattr(module, "__dict__", None) is namespace:
+            return
+        _patches.shadow_type(namespace)
 
     def answered(self, code: types.CodeType, offset: int) -> bool:
         """Whether the ``type()`` call at ``offset`` of ``code`` was answered here (not refused)."""
