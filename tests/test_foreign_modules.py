@@ -158,3 +158,36 @@ def test_without_examples_torch_fx_answer_is_kept():
 
     with pytest.raises(NameError, match="module is not installed as a submodule"):
         specfx.trace(Soft())
+
+
+class TestFunctionalCall:
+    """`torch.func.functional_call(module, tensors, args)` with traced values is one graph call on
+    the module (by its name in the graph): the graph swaps in the run-time tensors, as eager does."""
+
+    @pytest.mark.parametrize("owned", [False, True])
+    def test_a_params_dict_input_gives_eager_outputs_and_gradients(self, owned):
+        from .oracles import assert_same_gradients
+
+        torch.manual_seed(0)
+        shared = nn.Linear(3, 3)
+
+        class Functional(nn.Module):
+            def __init__(self):
+                super().__init__()
+                if owned:
+                    self.lin = shared
+
+            def forward(self, x, params):
+                return torch.func.functional_call(shared, params, (x,)).relu() * 2
+
+        model = Functional()
+
+        def tensors():
+            return {"weight": torch.randn(3, 3, requires_grad=True), "bias": torch.randn(3, requires_grad=True)}
+
+        gm = specfx.trace(model, (torch.randn(2, 3), tensors()))
+        assert "functional_call" in gm.code
+        assert ("self.lin" in gm.code) == owned
+        for _ in range(2):
+            assert_same_gradients(model, gm, (torch.randn(4, 3), tensors()), model)
+        assert [name for name, _ in model.named_children()] == (["lin"] if owned else [])

@@ -1079,3 +1079,23 @@ class TestBuiltinsOfTracedValues:  # builtins answered as the value, or recorded
         assert torch.equal(gm(torch.ones(2)), torch.full((2,), 2.0))
         with pytest.raises(GuardError):
             gm(nn.Parameter(torch.ones(2)))
+
+
+class TestCondOnData:
+    """`torch.cond(pred, true_fn, false_fn, operands)` on traced values is a decision on `pred`, as
+    `if pred:` is: refused without BOOL (naming the line), guarded with it."""
+
+    @staticmethod
+    def f(x):
+        return torch.cond(x.sum() > 0, lambda t: t * 2, lambda t: (t - 1).sin(), (x,))
+
+    def test_refused_without_the_flag_at_the_line(self):
+        with pytest.raises(SpecializationError, match=r"(?s)BOOL.*return torch.cond\(x.sum\(\) > 0"):
+            specfx.trace(self.f, torch.ones(3))
+
+    def test_granted_it_takes_eager_branch_or_raises_guard_error(self):
+        """(Eager compiles torch.cond at every call, slowly: one eager call.)"""
+        gm = specfx.trace(self.f, -torch.ones(3), policy=Policy(bool=True))
+        assert same_or_guard(gm, self.f, torch.tensor([-2.0, -0.5, 1.0])) == "equal"
+        with pytest.raises(GuardError, match=r"x.sum\(\) > 0"):
+            gm(torch.ones(3))

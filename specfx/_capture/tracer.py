@@ -55,6 +55,7 @@ from .foreign import PARAMETER_NEW, ForeignModules, parameter_made_in_forward
 from .held import reading_held_tensors
 from .python_draws import install as install_python_draws
 from .type_answers import TypeAnswers
+from .control_flow import install as install_cond
 from .._policy.policy import Layer, Policy, Specialize
 from .python_state import PythonState, install_cache_bypass, install_warnings, namespaces, store_location
 from .roots import (default_to_concrete_values, definition_line, optional_parameters,
@@ -255,6 +256,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                         install_warnings(self)
                         self._types = TypeAnswers(self)
                         self._types.install(spaces)
+                        install_cond(self)
                     # (after ambient's refusals; without examples too: re-tracing generated code,
                     # as unpickling does, must record the graph's draws again)
                     install_python_draws(self, self.decisions.draws)
