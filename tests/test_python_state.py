@@ -50,6 +50,9 @@ def make_counter():
     return counter
 
 
+HELPER_COUNTER = make_counter()
+
+
 @functools.lru_cache(maxsize=None)
 def grid(n):
     return torch.arange(n).float() / n
@@ -100,6 +103,17 @@ class TestGlobalsAndClosures:
                                                       rf"{line_of(make_counter, 'n += 1')}"):
             specfx.trace(counter, (torch.ones(2),))
         assert counter.__closure__[0].cell_contents == 0
+
+    def test_a_counter_in_the_closure_of_a_module_level_helper_is_refused_and_put_back(self):
+        """forward calls a closure the module holds (`STEPPER = make_counter()`): its `nonlocal`
+        counter is Python state too (found by the promise fuzzer: the trace advanced it)."""
+
+        def uses_helper(x):
+            return HELPER_COUNTER(x)
+
+        with pytest.raises(SpecializationError, match=r"the variable n of make_counter.<locals>.counter's closure"):
+            specfx.trace(uses_helper, (torch.ones(2),))
+        assert HELPER_COUNTER.__closure__[0].cell_contents == 0
 
 
 class TestCaches:

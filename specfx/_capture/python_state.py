@@ -109,10 +109,18 @@ class PythonState:
                     self._contents.append((f"{module}.{name}", value, _copy(value)))
                 elif isinstance(value, torch.Generator):  # seeded in forward before specfx refuses it
                     self._generators.append((value, value.get_state()))
+                elif isinstance(value, types.FunctionType) and value.__closure__:  # a counter kept by a closure
+                    self._keep_cells(value)
         function = root.forward if isinstance(root, torch.nn.Module) else root
-        function = getattr(function, "__func__", function)
+        self._keep_cells(getattr(function, "__func__", function))
+
+    def _keep_cells(self, function: Any) -> None:
+        """Remember the variables ``function``'s closure holds (``nonlocal`` counters)."""
         code = getattr(function, "__code__", None)
+        kept = {id(cell) for _, cell, _ in self._cells}
         for name, cell in zip(code.co_freevars if code is not None else (), getattr(function, "__closure__", None) or ()):
+            if id(cell) in kept:
+                continue
             try:
                 self._cells.append((f"{function.__qualname__}: {name}", cell, cell.cell_contents))
             except ValueError:  # an empty cell
