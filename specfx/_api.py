@@ -43,6 +43,8 @@ from ._graph.caught import raise_caught  # called by generated graph code
 from ._graph.python_random import python_random  # called by generated graph code
 from ._graph.message_text import format_message  # called by generated graph code
 from ._graph.objects import rebuild_object  # called by generated graph code
+from ._graph.module_state import assign_attribute  # called by generated graph code
+from ._graph.model_watch import check_model  # called by generated graph code
 from ._frames.caught import rebuild_caught  # named by pickles of marked graphs
 from ._graph.report import explain, specializations
 from ._policy.scope import specialize
@@ -78,11 +80,13 @@ __all__ = [
     "Specializer",
     "TraceCheckError",
     "VariantLimitError",
+    "assign_attribute",
     "autocast_enabled",
     "call_function",
     "call_method",
     "check_concrete_arg",
     "check_input_type",
+    "check_model",
     "coverage",
     "default_argument",
     "explain",

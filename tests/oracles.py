@@ -4,7 +4,7 @@ gradients (every leaf's ``.grad``) and eager's writes (inputs, model state) — 
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
 
@@ -68,3 +68,33 @@ def assert_same_writes(eager: Callable[..., Any], graph: Callable[..., Any], arg
     eager_args, graph_args = clone_args(args), clone_args(args)
     torch.testing.assert_close(graph(*graph_args), eager(*eager_args), rtol=0, atol=0)
     torch.testing.assert_close(graph_args, eager_args, rtol=0, atol=0)
+
+
+def model_state(module: torch.nn.Module) -> Dict[str, Any]:
+    """What a call can leave on a module tree: every module's buffers, and its plain
+    attributes that hold tensors or Python values (not its parameters' identities, not
+    its hooks), by qualified name; values cloned."""
+    state: Dict[str, Any] = {}
+    for name, sub in module.named_modules(remove_duplicate=False):
+        prefix = f"{name}." if name else ""
+        for key, value in sub._buffers.items():
+            state[prefix + key] = None if value is None else value.detach().clone()
+        for key, value in vars(sub).items():
+            if key.startswith("_") or key in ("training", "_modules"):
+                continue
+            if isinstance(value, torch.Tensor):
+                state[prefix + key] = value.detach().clone()
+            elif value is None or isinstance(value, (int, float, bool, str)):
+                state[prefix + key] = value
+    return state
+
+
+def assert_same_model_state(graph_module: torch.nn.Module, eager_module: torch.nn.Module,
+                            written: Sequence[str] = ()) -> None:
+    """The write oracle on the model: after a call, the graph module holds at each path what
+    the eager model holds (paths the graph never reads may be absent from it; ``written``,
+    the paths forward binds, may not; the GraphModule's own attributes are not compared)."""
+    got, want = model_state(graph_module), model_state(eager_module)
+    assert set(written) <= got.keys(), f"the graph module lacks {sorted(set(written) - got.keys())}"
+    for key in got.keys() & want.keys():  # (the GraphModule's own attributes are not the model's)
+        torch.testing.assert_close(got[key], want[key], rtol=0, atol=0, msg=lambda m, k=key: f"`{k}`: {m}")

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import specfx
-from specfx import GuardError
+from specfx import GuardError, SpecializationError
 from tests import brevitas_models
 
 pytestmark = [
@@ -264,8 +264,13 @@ QAT_WARNING = pytest.mark.filterwarnings(r"ignore:\d+ specialization.s. were dec
 
 
 def qat_pair():
-    """(eager model, its specfx graph), both in train mode, from the same state."""
+    """(eager model, its specfx graph), both in train mode, from the same state: past the
+    collection of runtime statistics (as after calibration), whose call counter a graph cannot
+    carry (test_brevitas_runtime_statistics_in_train_mode_are_refused)."""
     model = QuantLayers().train()
+    for module in model.modules():
+        if hasattr(module, "collect_stats_steps") and hasattr(module, "counter"):
+            module.counter = module.collect_stats_steps + 1
     eager = copy.deepcopy(model)
     # (Brevitas' percentile statistics read x.numel() as an int: SHAPES; a QuantTensor's signed
     # flag is a tensor that Brevitas' layers branch on: BOOL)
@@ -274,17 +279,30 @@ def qat_pair():
 
 
 @QAT_WARNING
-def test_brevitas_quant_layers_trace_in_train_mode():
+def test_brevitas_quant_layers_trace_in_eval_mode():
     """Brevitas' quant layers trace (their injectors answer an unknown attribute with
-    DependencyError, which crashed the trace), and the train-mode graph computes eager's outputs,
-    statistics updates included, over two steps."""
-    eager, gm = qat_pair()
-    assert gm.training
+    DependencyError, which crashed the trace), and the eval-mode graph computes eager's outputs."""
+    model = QuantLayers().eval()
+    gm = specfx.trace(copy.deepcopy(model), torch.randn(2, 3, 8, 8), policy=specfx.Policy(shapes=True, bool=True))
     for step in range(2):
         x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(step))
-        assert torch.equal(gm(x), eager(x))
-    with pytest.raises(GuardError, match=r"x.numel\(\) == 384"):
+        assert torch.equal(gm(x), model(x))
+    with pytest.raises(GuardError, match=r"tensor.shape == \(2, 3, 8, 8\)"):
         gm(torch.randn(1, 3, 8, 8))
+
+
+@QAT_WARNING
+def test_brevitas_runtime_statistics_in_train_mode_are_refused():
+    """In train mode Brevitas' runtime-statistics scaling counts its calls in a Python int
+    (`self.counter = new_counter`) and switches from collecting statistics to its learned scale
+    after `collect_stats_steps` calls: a graph would collect statistics forever, so the trace is
+    refused, naming the counters and Brevitas' line, and the model is left as it was."""
+    model = QuantLayers().train()
+    counters = {name: m.counter for name, m in model.named_modules() if hasattr(m, "counter")}
+    with pytest.raises(SpecializationError, match=r"(?s)forward changes the model's state \(inp\.act_quant\..*"
+                                                  r"scaling_impl\.counter \(bound to an int\).*brevitas/core/scaling/"):
+        specfx.trace(model, torch.randn(2, 3, 8, 8), policy=specfx.Policy(shapes=True, bool=True))
+    assert {name: m.counter for name, m in model.named_modules() if hasattr(m, "counter")} == counters
 
 
 def assert_same_gradients(eager, traced):

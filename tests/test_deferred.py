@@ -179,9 +179,10 @@ def test_a_user_leaf_runs_when_called():
     assert [s.value for s in gm.specializations] == [True]
 
 
-def test_a_torch_leaf_under_a_global_forward_hook_runs_when_called():
-    """A global forward hook is user code: it may read Python state forward changes after
-    the call, so the leaf's value is computed at the call (not in a later batch)."""
+def test_a_torch_leaf_under_a_forward_hook_runs_when_called():
+    """A forward hook is user code: it may read Python state forward changes after the call,
+    so the leaf's value is computed at the call (not in a later batch). (A process-wide hook is
+    refused: tests/test_model_changes.py.)"""
     state = {"k": 1.0}
 
     def scale(module, inputs, output):
@@ -199,9 +200,7 @@ def test_a_torch_leaf_under_a_global_forward_hook_runs_when_called():
             state["k"] = 1.0
             return x if first.sum() < second.sum() else -x
 
-    handle = torch.nn.modules.module.register_module_forward_hook(scale)
-    try:
-        gm = specfx.trace(Model(), torch.ones(2), policy=Policy(bool=True))
-    finally:
-        handle.remove()
+    model = Model()
+    model.act.register_forward_hook(scale)
+    gm = specfx.trace(model, torch.ones(2), policy=Policy(bool=True))
     assert [s.value for s in gm.specializations] == [True]

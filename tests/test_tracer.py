@@ -391,7 +391,8 @@ class TestTypes:
         assert torch.equal(gm(torch.zeros(1, 5)), torch.arange(5.0).view(1, 5))
 
     def test_assigning_attributes_leaves_the_model_unchanged(self):
-        """`self.count = self.count + 1` and `self.cache = x` in forward do not stick to the model."""
+        """`self.count = self.count + 1` and `self.cache = x` in forward do not stick to the model; the
+        graph binds them on itself on every call, as eager does on the model."""
 
         class Stateful(nn.Module):
             def __init__(self):
@@ -405,11 +406,12 @@ class TestTypes:
 
         model = Stateful()
         buffer = model.count
-        with pytest.warns(UserWarning, match=r"forward assigns traced values to module attributes \(cache, count\)"):
-            gm = specfx.trace(model, torch.ones(2))
+        gm = specfx.trace(model, torch.ones(2))
         assert model.count is buffer and torch.equal(buffer, torch.zeros(())) and "cache" not in vars(model)
         assert not any(name.startswith("_tensor_constant") for name in vars(model))
-        assert torch.equal(gm(torch.ones(2)), torch.ones(2))
+        x = torch.ones(2)
+        assert torch.equal(gm(x), torch.ones(2)) and torch.equal(gm(x), torch.full((2,), 2.0))
+        assert torch.equal(gm.count, torch.full((), 2.0)) and gm.cache is x  # (tests/test_model_writes.py)
 
 
 class TestBufferUpdates:

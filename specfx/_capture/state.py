@@ -38,14 +38,14 @@ import random
 import sys
 import types
 import warnings
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.fx
 
 from .evaluation import INPLACE_FUNCTIONS, PrivateDraws, is_torch_module, module_may_draw, runs_only_torch_code
 
-__all__ = ["NO_STATE", "PrivateGenerators", "StateKeeper", "TraceState", "clone_example", "module_tree",
+__all__ = ["ABSENT", "NO_STATE", "PrivateGenerators", "StateKeeper", "TableChange", "TraceState", "clone_example", "module_tree",
            "contents", "preserved_state", "restore_contents", "tensors_in"]
 
 
@@ -482,7 +482,10 @@ class StateKeeper:
         # (name, module) of the modules with attributes other than numbers, strings and flags
         # (containers, tensors, generators, objects): the rest hold nothing to keep or to read
         self.attribute_holders: List[Tuple[str, torch.nn.Module]] = []
-        self.assigned: List[str] = []  # "module.attr" names forward bound to traced values
+        # what forward rebound on the model's modules (put back; the graph repeats or the trace refuses)
+        self.table_changes: List[TableChange] = []
+        # what code the graph runs again made (a user-defined leaf, a leaf's hooks): not refused
+        self.excused: set = set()
         self.changed: List[str] = []  # Python state forward changed that the graph does not change
         if self._module is None:
             return
@@ -564,16 +567,43 @@ class StateKeeper:
         return names
 
     def _restore_tables(self) -> None:
-        """Put back every table that changed (``assigned``: the attributes bound to traced values)."""
+        """Put back every table that changed, noting each change (``table_changes``)."""
         count, start = len(self._plain), 0
         for index, (table, keys) in enumerate(zip(self._live, self._layouts)):
             name = self._plain[index % count][0]
             saved = dict(zip(keys, self._values[start:start + len(keys)]))
             start += len(keys)
-            for key, value in _restore_table(table, saved):
-                qualified = f"{name}.{key}" if name else key
-                if not _updates_in_place(value, qualified):
-                    self.assigned.append(qualified)
+            kind = _TABLE_KINDS[index // count]
+            for key, before, after in _restore_table(table, saved):
+                if (f"{name}.{key}" if name else key) in self.excused:
+                    continue  # (code the graph calls again made it: the graph repeats it)
+                if isinstance(after, torch.fx.Proxy) and _updates_in_place(after, f"{name}.{key}" if name else key):
+                    continue  # `self.steps += 1` on a buffer: an in-place op the graph performs
+                self.table_changes.append(TableChange(name, kind, key, before, after))
+
+    @contextlib.contextmanager
+    def excusing(self) -> Iterator[None]:
+        """Changes made to the model inside the ``with`` block are the graph's to repeat (a
+        user-defined leaf module, or a leaf's hooks, ran for its value: the graph calls it again,
+        and it changes the model then as it does in eager): not refused, still put back."""
+        if self._module is None:
+            yield
+            return
+        tables = [dict(table.items()) for table in self._live]
+        contents = [_contents_of(container) for _, container, _ in self._containers]
+        try:
+            yield
+        finally:
+            count = len(self._plain)
+            for index, (table, before) in enumerate(zip(self._live, tables)):
+                if list(table) == list(before) and all(map(operator.is_, table.values(), before.values())):
+                    continue
+                name = self._plain[index % count][0]
+                self.excused.update(f"{name}.{key}" if name else key for key in {*table, *before}
+                                    if table.get(key, _ABSENT) is not before.get(key, _ABSENT))
+            for (_, container, _), before in zip(self._containers, contents):
+                if _contents_of(container) != before:
+                    self.excused.add(id(container))
 
     @property
     def protect(self) -> Any:  # the tracer's hook before a write (kept for callers of the old name)
@@ -605,7 +635,7 @@ class StateKeeper:
                 and list(map(tuple, live)) == self._layouts):
             self._restore_tables()
         for name, container, contents in self._containers:
-            if restore_contents(container, contents):
+            if restore_contents(container, contents) and id(container) not in self.excused:
                 self.changed.append(name)
         lost = []
         now = _parameter_state(self._params)
@@ -637,6 +667,25 @@ class StateKeeper:
 
 
 _ABSENT = object()
+# The tables kept per module, in the order of `StateKeeper._live`
+_TABLE_KINDS = ("attributes", "parameters", "buffers", "modules")
+
+
+class TableChange(NamedTuple):
+    """A key forward bound, rebound or deleted in one of a module's tables (``ABSENT``: none)."""
+
+    module: str  # the module's qualified name ('' for the root)
+    table: str  # one of _TABLE_KINDS
+    key: str
+    before: Any
+    after: Any
+
+    @property
+    def path(self) -> str:
+        return f"{self.module}.{self.key}" if self.module else self.key
+
+
+ABSENT = _ABSENT
 _VALUES = operator.methodcaller("values")
 _ONLY_DICT = {dict}
 _PARAMETERS = operator.itemgetter("_parameters")
@@ -688,6 +737,13 @@ def module_tree(root: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
     return found
 
 
+def _contents_of(container: Any) -> Any:
+    """The items of a list, dict or set, by identity (compared with ``==`` of the result)."""
+    if isinstance(container, dict):
+        return [(key, id(value)) for key, value in container.items()]
+    return sorted(map(id, container)) if isinstance(container, set) else list(map(id, container))
+
+
 def restore_contents(container: Any, contents: Any) -> bool:
     """Put ``contents`` back into the user's container in place; whether it had changed."""
     if isinstance(container, dict):
@@ -718,21 +774,22 @@ def _updates_in_place(value: Any, qualified: str) -> bool:
             and (node.target in INPLACE_FUNCTIONS or (isinstance(node.target, str) and node.target.endswith("_"))))
 
 
-def _restore_table(live: Dict[str, Any], saved: Dict[str, Any]) -> List[Tuple[str, Any]]:
-    """Make ``live`` hold exactly the objects ``saved`` held (by identity); return
-    the (key, proxy) pairs that had been bound to traced values."""
+def _restore_table(live: Dict[str, Any], saved: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:
+    """Make ``live`` hold exactly the objects ``saved`` held (by identity); return the
+    (key, value before, value after) of each key that changed (``_ABSENT`` for none)."""
     # Unchanged (the common case, four tables per module): the same keys in the same order
     # bound to the same objects, compared in C; a reordered table takes the slow path below.
     if list(live) == list(saved) and all(map(operator.is_, live.values(), saved.values())):
         return []
-    traced = [(k, v) for k, v in live.items() if isinstance(v, torch.fx.Proxy) and saved.get(k) is not v]
+    changes = [(k, saved.get(k, _ABSENT), v) for k, v in live.items() if saved.get(k, _ABSENT) is not v]
+    changes += [(k, v, _ABSENT) for k, v in saved.items() if k not in live]
     # Key by key, never clear(): other threads may be running this module meanwhile.
     for key in [k for k in live if k not in saved]:
         del live[key]
     for key, value in saved.items():
         if live.get(key, _ABSENT) is not value:
             live[key] = value
-    return traced
+    return changes
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import contextlib
 import dataclasses
 import inspect
 import math
@@ -43,6 +44,8 @@ from . import patches as _patches
 from .patches import ModelType
 from .._frames.bytecode import TypeCheck, type_checks
 from .decisions import Decider, Decision
+from .._graph.model_watch import check_model
+from .._graph.module_state import SELF, assign_attribute
 from .._graph.retrace import anchor_tracer, grad_enabled
 from .._graph.specialization import Specialization
 from .deferred import DeferredValues
@@ -220,6 +223,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._types: Optional[TypeAnswers] = None  # type() in model code, answered (while tracing with examples)
         # Python state outside the model, remembered while a trace with examples runs (python_state.py)
         self._python_state: Optional[PythonState] = None
+        # what forward does to the model's own state (its StateKeeper, given by specfx.trace)
+        self.model_keeper: Optional[Any] = None
         # traced values formatted into a message the graph records (see _message_flow.py)
         self.message_values: list[Tuple[ValueProxy, str]] = []
 
@@ -471,6 +476,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             return a
         if type(a) is torch.Generator:
             check_generator(self, a)
+        if a is SELF:  # the graph module itself, written `self` (a rebinding of its attribute)
+            return a
         if needs_attribute(a):  # numpy values: no repr() the generated code could run
             return self._constants.node(a)
         if type(a) in (tuple, list, dict):
@@ -709,6 +716,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             if any(target.startswith(name + "_") for name in self._concrete_names):
                 return MISSING  # torch.fx's stand-in for a concrete arg, only there to be checked
             return args[0] if args else MISSING
+        if target is assign_attribute or target is check_model:
+            return None  # re-tracing a graph's rebinding of a module attribute or entry check: recorded, not run
         if kind == "output" or (self.examples is None and kind != "get_attr"):
             # Without examples nothing runs, as in torch.fx; parameters still carry
             # themselves so that param_shapes_constant can read their shapes.
@@ -720,8 +729,10 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         fx_flag = _patches.fx_tracing_off()  # leaves that ask "am I traced?" run as in eager
         try:
             leaf = self._submodule(target) if kind == "call_module" else None
-            if self._python_state is not None and _runs_user_code(kind, target, leaf):
-                with self._python_state.excusing():  # (the graph calls it again: its changes repeat)
+            if (self._python_state is not None or self.model_keeper is not None) and _runs_user_code(kind, target, leaf):
+                # (the graph calls it again: the changes it makes repeat)
+                with self._python_state.excusing() if self._python_state is not None else contextlib.nullcontext(), \
+                        self.model_keeper.excusing() if self.model_keeper is not None else contextlib.nullcontext():
                     return run_op(self.root, kind, target, values[0], values[1], self.state, leaf)
             return run_op(self.root, kind, target, values[0], values[1], self.state, leaf)
         except Unevaluable:

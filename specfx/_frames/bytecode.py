@@ -16,8 +16,9 @@ import types
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 __all__ = ["FORMS", "Attribute", "BytecodeForms", "CallSite", "Handler", "MATCH_CLASS", "NOT_A_CALL", "Name",
-           "call_site_at", "call_sites", "clause_types", "constant_subscript_next", "exception_handlers",
-           "forms_for", "has_exception_handlers", "instruction_at", "simulate", "store_line", "unpacked_next"]
+           "attribute_read_line", "call_site_at", "call_sites", "clause_types", "constant_subscript_next",
+           "exception_handlers", "forms_for", "has_exception_handlers", "instruction_at", "simulate", "store_line",
+           "unpacked_next"]
 
 
 class BytecodeForms(NamedTuple):
@@ -761,12 +762,26 @@ def call_site_at(frame: types.FrameType) -> Optional[CallSite]:
     return site
 
 
-def store_line(code: types.CodeType, globals_stored: "frozenset[str]", closure: bool) -> Optional[int]:
+def store_line(code: types.CodeType, globals_stored: "frozenset[str]", closure: bool,
+               attributes: "frozenset[str]" = frozenset()) -> Optional[int]:
     """The line of ``code``'s first store to one of the globals ``globals_stored`` (``global n;
-    n += 1``), or, with ``closure``, to a variable of its closure (``nonlocal n``); None if none."""
+    n += 1``), with ``closure`` to a variable of its closure (``nonlocal n``), or to one of the
+    ``attributes`` of an object (``self.count = ...``); None if there is none."""
     for inst in dis.get_instructions(code):
-        if (inst.opname == "STORE_GLOBAL" and inst.argval in globals_stored) or (
-                closure and inst.opname == "STORE_DEREF" and inst.argval in code.co_freevars):
+        if ((inst.opname == "STORE_GLOBAL" and inst.argval in globals_stored)
+                or (closure and inst.opname == "STORE_DEREF" and inst.argval in code.co_freevars)
+                or (inst.opname == "STORE_ATTR" and inst.argval in attributes)):
+            positions = getattr(inst, "positions", None)
+            line = positions.lineno if positions is not None else getattr(inst, "starts_line", None)
+            return int(line or code.co_firstlineno)
+    return None
+
+
+def attribute_read_line(code: types.CodeType, names: "frozenset[str]") -> Optional[int]:
+    """The line of ``code``'s first read of one of the attributes ``names`` of an object
+    (``self.history.append(x)``, ``self.register_buffer(...)``); None if there is none."""
+    for inst in dis.get_instructions(code):
+        if inst.opname in ("LOAD_ATTR", "LOAD_METHOD") and inst.argval in names:
             positions = getattr(inst, "positions", None)
             line = positions.lineno if positions is not None else getattr(inst, "starts_line", None)
             return int(line or code.co_firstlineno)

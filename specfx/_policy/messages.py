@@ -15,7 +15,7 @@ from .spelling import spelling
 from .._frames.source import SourceLocation
 from ..errors import SpecializationError, compatible_error_class
 
-__all__ = ["GENERATOR_CONTROL_REFUSAL", "RNG_CONTROL_REFUSAL", "TENSOR_STATE", "attribute_write", "autograd_function_argument", "calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "backward_in_forward", "hook_holds_traced_value", "guard_failure", "hooks_with_kwargs", "identity_of_traced_number", "input_container_writes", "keyword_batch_positional", "list_example_failed", "list_is_one_argument", "meta_error", "model_class_given", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "python_state_changes", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
+__all__ = ["GENERATOR_CONTROL_REFUSAL", "RNG_CONTROL_REFUSAL", "TENSOR_STATE", "attribute_write", "autograd_function_argument", "backward_in_forward", "calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "call_overridden", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "global_module_hooks", "guard_failure", "hook_holds_traced_value", "hooks_with_kwargs", "identity_of_traced_number", "input_container_writes", "keyword_batch_positional", "lazy_modules", "list_example_failed", "list_is_one_argument", "meta_error", "mode_changed", "model_changed", "model_class_given", "model_state_changes", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "python_state_changes", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
 
 # What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
 # code matching on FX's messages keeps working when specfx runs without examples.
@@ -626,4 +626,82 @@ def python_state_changes(changes: List[str], location: Optional[SourceLocation])
         f"compute with the value the trace saw while eager's moves on (specfx put it back).\n"
         f"Fix: keep such state on the model as a tensor buffer updated in place (`self.steps.add_(1)`), "
         f"which the graph repeats, or pass it in and return it.{where}"
+    )
+
+
+def model_state_changes(changes: List[str], location: Optional[SourceLocation]) -> str:
+    """forward changed the model in a way no graph repeats (put back before raising)."""
+    where = f"\n  at {location.describe()}" if location else ""
+    return (
+        f"forward changes the model's state ({'; '.join(changes[:5])}{'; ...' if len(changes) > 5 else ''}): "
+        f"a graph repeats writes to tensors (in place, or a traced tensor bound to an attribute), not "
+        f"Python values, new parameters, buffers or submodules, or the model's Python objects, so every "
+        f"call would compute with the state the trace saw while eager's moves on (specfx left the model "
+        f"as it was).\n"
+        f"Fix: keep such state in a tensor buffer, updated in place (`self.steps.add_(1)`) or rebound to "
+        f"a traced tensor (`self.avg = 0.9 * self.avg + 0.1 * x.mean(0)`), which the graph repeats on "
+        f"every call; register buffers in __init__; or pass the state in and return it.{where}"
+    )
+
+
+def model_changed(changes: List[str]) -> str:
+    """A graph's entry check: the model it was traced from changed since (see _graph/model_watch.py)."""
+    return (
+        f"specfx guard failed: the model changed since the graph was traced ({'; '.join(changes[:5])}"
+        f"{'; ...' if len(changes) > 5 else ''}). The graph holds the tensors and submodules it traced and "
+        f"has inlined the hooks of the modules it traced through, so it would not compute what the model "
+        f"computes now.\n"
+        f"Fix: trace the model again (specfx.trace(model, example_inputs, ...)); to keep this graph as it "
+        f"was traced, independent of the model, use a copy of it (copy.deepcopy(gm))."
+    )
+
+
+def mode_changed(traced_training: bool, where: str) -> str:
+    """A graph's entry check: the graph module runs in another mode than the one traced."""
+    traced, now = ("training", "eval") if traced_training else ("eval", "training")
+    call = "gm.train()" if traced_training else "gm.eval()"
+    other = "model.eval()" if traced_training else "model.train()"
+    at = f"\n  assumed at {where}" if where else ""
+    return (
+        f"specfx guard failed: the graph was traced in {traced} mode (model.training == {traced_training}) "
+        f"and forward reads `self.training`, but the graph module is now in {now} mode "
+        f"(training == {not traced_training}); the graph computes {traced} mode only.\n"
+        f"Fix: call {call} to run the graph as traced, or trace the model in the mode you run it in "
+        f"(specfx.trace({other}, example_inputs, ...)).{at}"
+    )
+
+
+def lazy_modules(names: List[str]) -> str:
+    """The model has lazy modules whose parameters are not made yet (refused before tracing)."""
+    return (
+        f"the model has lazy modules whose parameters are not made yet ({', '.join(names[:5])}"
+        f"{', ...' if len(names) > 5 else ''}): their first forward draws the weights, which a trace "
+        f"would do with your model's parameters (tracing never changes the model), and a graph made "
+        f"then would hold weights eager's first call draws differently.\n"
+        f"Fix: run one forward on an example first (model(example)), so that the weights are made, "
+        f"then trace."
+    )
+
+
+def call_overridden(model: str, where: Optional[SourceLocation]) -> str:
+    """The root overrides nn.Module.__call__ (refused before tracing)."""
+    at = f"\n  at {where.describe()}" if where is not None else ""
+    return (
+        f"`{model}` overrides `__call__`: eager runs it around forward when the model is called, "
+        f"while a trace (torch.fx's too) starts at forward, so the graph would lose what `__call__` adds.\n"
+        f"Fix: move that code into forward, or trace a module that calls the model "
+        f"(class Calls(nn.Module): forward(self, *a) returns self.model(*a)), whose trace goes through "
+        f"`__call__`.{at}"
+    )
+
+
+def global_module_hooks() -> str:
+    """Process-wide forward hooks are registered (refused before tracing a module)."""
+    return (
+        "process-wide module hooks are registered (torch.nn.modules.module.register_module_forward_hook "
+        "or register_module_forward_pre_hook): eager runs them around every module call, the model's "
+        "own included, and a graph module cannot stand in for the model there (the hooks would get the "
+        "graph module).\n"
+        "Fix: remove them while tracing (handle.remove()), and register hooks on the modules they are "
+        "meant for instead (module.register_forward_hook(...)): the trace runs those as eager does."
     )

@@ -24,6 +24,7 @@ from ..errors import GuardError
 from ..guards import _is_foreign_proxy
 from .._checks.kinds import fingerprint
 from .._policy.messages import concrete_arg_mismatch, wrong_input_type
+from .._graph.model_watch import check_model
 
 __all__ = ["ENTRY_CHECKS", "check_autowrap", "check_concrete_arg", "check_leaf_modules", "check_input_type", "check_trace_options", "default_argument",
            "guard_concrete_args", "guard_input_types", "split_concrete", "tensor_defaults_as_inputs",
@@ -165,7 +166,8 @@ def check_concrete_arg(value: Any, expected: Any, name: str) -> None:
             expression=name, expected=expected, actual=value, location=f"concrete_args[{name!r}]")
 
 
-ENTRY_CHECKS = frozenset({check_input_type, check_concrete_arg})
+# the functions that check a graph's entry: its inputs' types and concrete_args, and the model
+ENTRY_CHECKS = frozenset({check_input_type, check_concrete_arg, check_model})
 
 
 def _short(value: Any) -> str:

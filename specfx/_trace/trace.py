@@ -25,6 +25,8 @@ from .._policy import messages as _messages
 from .._graph.records import keep_records
 from .._graph.report import specializations
 from .._graph.retrace import retraceable
+from .._capture.model_entry import refuse_module_machinery, watch_model
+from .._capture.module_writes import repeat_module_writes
 from .._capture.state import clone_example, preserved_state
 from .calibration import trace_calibrated
 from .check import check
@@ -134,6 +136,7 @@ def trace(
     examples = bind_examples(root, example_inputs, example_kwargs, concrete_args)
     if examples is not None:
         refuse_numpy(examples)
+        refuse_module_machinery(root, _raise)
         warn_training_mode(root)
     name = type(root).__name__ if isinstance(root, torch.nn.Module) else getattr(root, "__name__", "function")
     try:
@@ -146,8 +149,10 @@ def trace(
         if explained is None:
             raise
         raise explained from error
-    _unbind_traced_assignments(gm, root, keeper.assigned)
-    _warn_changed(keeper.changed)
+    _unbind_traced_assignments(gm, root)
+    repeat_module_writes(gm, root, keeper.table_changes, keeper.changed)
+    if guards and examples is not None:
+        watch_model(gm, root)  # (the graph's first node: the model is still the one traced)
     if guards and examples is not None:  # (without examples the graph is torch.fx's, node for node)
         if concrete_args:
             guard_concrete_args(gm)
@@ -177,6 +182,7 @@ def _run_tracer(root: Any, examples: Optional[Dict[str, Any]], concrete_args: An
                     preserved_state(root, runs_ops=examples is not None) as keeper:
                 tracer.state = keeper.trace_state
                 tracer.attribute_holders = keeper.attribute_holders
+                tracer.model_keeper = keeper
                 tracer.set_examples(None if examples is None else clone_example(examples))
                 graph = tracer.trace(root, concrete_args)
                 # Built before the state is restored: torch.fx stores tensor constants on the root
@@ -189,39 +195,29 @@ def _run_tracer(root: Any, examples: Optional[Dict[str, Any]], concrete_args: An
     raise AssertionError("unreachable: the last pass computes values at once and raises no DeferredFailure")
 
 
-def _unbind_traced_assignments(gm: torch.fx.GraphModule, root: Any, assigned: Sequence[str]) -> None:
+def _raise(error: Exception) -> None:
+    raise error
+
+
+def _unbind_traced_assignments(gm: torch.fx.GraphModule, root: Any) -> None:
     """The model's forward stored traced values on itself (``self.count = self.count + 1``):
     the GraphModule was built while those proxies sat on the model, so give it the
-    restored originals, and warn that the graph does not carry such state across calls."""
+    restored originals (the graph binds the new ones on each call, or the trace is refused:
+    ``_capture/module_writes.py``)."""
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             owner_path, _, attr = node.target.rpartition(".")
             owner = gm.get_submodule(owner_path) if owner_path else gm
             if isinstance(getattr(owner, attr, None), torch.fx.Proxy):
                 original = operator.attrgetter(node.target)(root)
+                held = root.get_submodule(owner_path) if owner_path else root
                 if attr in owner._buffers:  # the proxy passed for a tensor and became a buffer
                     owner._buffers[attr] = original
+                elif attr in getattr(held, "_buffers", ()):  # a buffer on the model: one on the graph too
+                    owner.__dict__.pop(attr, None)
+                    owner.register_buffer(attr, original, persistent=attr not in held._non_persistent_buffers_set)
                 else:
                     setattr(owner, attr, original)
-    if assigned:
-        warnings.warn(
-            f"forward assigns traced values to module attributes ({', '.join(assigned[:5])}"
-            f"{', ...' if len(assigned) > 5 else ''}); specfx left the model unchanged, and the graph "
-            f"does not store these values, so state carried from one call to the next is lost",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
-def _warn_changed(changed: Sequence[str]) -> None:
-    if changed:
-        warnings.warn(
-            f"forward changed Python state of the model ({', '.join(changed[:5])}"
-            f"{', ...' if len(changed) > 5 else ''}); specfx put it back as it was, and the graph "
-            f"does not make these changes, so state carried from one call to the next is lost",
-            UserWarning,
-            stacklevel=3,
-        )
 
 
 def _inherited_records(root: Any) -> Sequence[Specialization]:
