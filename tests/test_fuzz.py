@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 import specfx
 from specfx import GuardError, SpecializationError
 
-from tools.fuzz import classes, programs
+from tools.fuzz import classes, programs, promise
 from tools.fuzz import run as fuzz
 
 FUZZ = settings(max_examples=120, deadline=None,
@@ -325,3 +325,49 @@ class TestRegressions:
         for _ in range(20):
             specfx.trace(_chunk_sum, torch.ones(4))
         assert len(_symbolic_trace._wrapped_fns_to_patch) <= before + 1
+
+
+class TestPromiseGrammar:
+    """tools/fuzz/promise.py: outputs, gradients and writes against eager, per class of the promise;
+    with a fix reverted, the fuzzer finds the planted silent answers (or the false refusals)."""
+
+    N = 10  # programs per family and seed
+
+    @pytest.mark.parametrize("family", sorted(promise.FAMILIES))
+    def test_every_family_answers_as_eager_or_raises(self, family):
+        result = promise.fuzz(self.N, seed=3, family=family)
+        assert result["failures"] == [], result["failures"][:3]
+        row = result["counts"][family]
+        assert row["answered"] + row["guarded"] + row["refused"] == self.N - row["invalid"]
+
+    @staticmethod
+    def _revert(monkeypatch, fix):
+        """Plant one bug: undo one fix of the promise for the duration of the test."""
+        from specfx._capture import ambient, python_state, tracer, type_answers
+
+        if fix == "autograd":  # custom Functions traced through: their backward is lost
+            monkeypatch.setattr(tracer._autograd, "install", lambda session: None)
+        elif fix == "ambient":  # process-wide settings baked as the trace saw them
+            monkeypatch.setattr(ambient, "AMBIENT_GETTERS", ())
+        elif fix == "rng":  # RNG control in forward no longer refused
+            monkeypatch.setattr(ambient, "RNG_CONTROL", ())
+            monkeypatch.setattr(ambient, "_DEVICE_RNG_CONTROL", ())
+            monkeypatch.setattr(tracer.SpecTracer, "_refuse_generator_control", lambda *args: None)
+        elif fix == "python state":  # globals and closures written in forward: put back, not refused
+            monkeypatch.setattr(python_state.PythonState, "refused_changes", lambda self: [])
+        elif fix == "input writes":  # writes to the containers forward is given: dropped
+            monkeypatch.setattr(tracer.SpecTracer, "refuse_input_writes", lambda *args: None)
+        elif fix == "builtins":  # type(x) no longer answered
+            monkeypatch.setattr(type_answers.TypeAnswers, "shadow", lambda self, namespace: None)
+
+    @pytest.mark.parametrize("family", ["autograd", "ambient", "rng", "python state", "input writes"])
+    def test_a_reverted_fix_is_found_as_silent_answers(self, family, monkeypatch):
+        self._revert(monkeypatch, family)
+        result = promise.fuzz(self.N, seed=3, family=family)
+        assert result["counts"][family]["silent"] > 0, result["counts"]
+
+    def test_a_reverted_type_answer_is_found_as_refusals(self, monkeypatch):
+        answered = promise.fuzz(self.N, seed=3, family="builtins")["counts"]["builtins"]
+        self._revert(monkeypatch, "builtins")
+        reverted = promise.fuzz(self.N, seed=3, family="builtins")["counts"]["builtins"]
+        assert reverted["refused"] > answered["refused"], (answered, reverted)
