@@ -14,7 +14,7 @@ if "$python" -c "import torch" >/dev/null 2>&1; then
 else
     say "torch is missing: installing its CPU build torch==2.13.0+cpu (about 200 MB; a minute or more) ..."
     "$python" -m pip install --quiet "torch==2.13.0+cpu" 2>/dev/null \
-        || { say "not on pip's configured indexes; trying PyTorch's CPU index $cpu_index ...";
+        || { say "not on pip's configured indexes; trying $cpu_index (PyTorch's CPU index unless SPECFX_TORCH_CPU_INDEX says otherwise) ...";
              "$python" -m pip install --quiet "torch==2.13.0" --index-url "$cpu_index"; }
 fi
 extras="${1:-}"
