@@ -211,6 +211,64 @@ class TestUserContainers:
         assert torch.equal(gm(pairs=pairs, batch=batch, scale=0.5), f(batch, pairs, scale=0.5))
 
 
+@dataclasses.dataclass
+class Shaped:
+    hidden: torch.Tensor
+    spatial: Any
+
+
+def sizes_out(x: torch.Tensor) -> Any:
+    """Sizes in every kind of output position: returned bare, in a tuple, a dict, a list, a
+    dataclass; whole, sliced, and extended with a tuple (still a torch.Size in eager)."""
+    y = x * 2
+    return (x.shape, {"rows": x.size()[:1], "grown": [x.shape[1:] + (4,)]},
+            Shaped(y, y.shape[-2:]), y)
+
+
+class TestSizes:
+    @pytest.mark.parametrize("policy", [None, specfx.Specialize.ALL], ids=["sizes-traced", "sizes-baked"])
+    def test_a_size_comes_back_as_a_size(self, policy):
+        """A ``torch.Size`` in the output is a ``torch.Size`` from the graph, whether the sizes
+        are computed when the graph runs or baked in (torch's pytree rebuilds a Size as a
+        tuple), and stays one after pickling and deepcopy."""
+        import io
+
+        gm = specfx.trace(sizes_out, torch.randn(2, 3), policy=policy)
+        buffer = io.BytesIO()
+        torch.save(gm, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=False)
+        x = torch.randn(2, 3)
+        expected = sizes_out(x)
+        for graph in (gm, loaded, copy.deepcopy(gm)):
+            actual = graph(x)
+            same(expected[:2], actual[:2])
+            assert type(actual[0]) is torch.Size and actual[0].numel() == 6
+            assert type(actual[1]["grown"][0]) is torch.Size and actual[1]["grown"][0] == (3, 4)
+            assert type(actual[2]) is Shaped and torch.equal(actual[2].hidden, expected[2].hidden)
+            assert type(actual[2].spatial) is torch.Size and actual[2].spatial == (2, 3)
+            assert torch.equal(actual[3], expected[3])
+
+    def test_a_size_given_as_an_input_survives_pickling(self):
+        """A ``torch.Size`` input is checked at entry, and the graph reloads (its code is
+        re-traced with the Size's sizes as proxies, which no Size can hold)."""
+        import io
+
+        def f(x, size):
+            return x.reshape(size) + 1
+
+        gm = specfx.trace(f, (torch.randn(6), torch.Size([2, 3])))
+        buffer = io.BytesIO()
+        torch.save(gm, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=False)
+        x = torch.randn(6)
+        for graph in (gm, loaded):
+            assert torch.equal(graph(x, torch.Size([3, 2])), f(x, torch.Size([3, 2])))
+            with pytest.raises(GuardError, match=r"size is a list, traced as a Size"):
+                graph(x, [3, 2])
+
+
 # -- entry checks ------------------------------------------------------------------------------
 
 

@@ -486,7 +486,10 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             return TracerBase.create_arg(self, a)
         if isinstance(a, dict) and type(a) is not dict and dataclasses.is_dataclass(a):
             # transformers' ModelOutput: a dict subclass, which torch.fx would return as a plain dict
-            return self.create_node("call_function", type(a), (), {k: self.create_arg(v) for k, v in a.items()})
+            return self.create_node("call_function", type(a), (), {k: self._field_arg(v) for k, v in a.items()})
+        if dataclasses.is_dataclass(a) and not isinstance(a, type):
+            return self.create_node("call_function", type(a), (),
+                                    {f.name: self._field_arg(getattr(a, f.name)) for f in dataclasses.fields(a)})
         try:
             return super().create_arg(a)
         except NotImplementedError as error:  # e.g. a transformers cache returned by forward
@@ -497,6 +500,13 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             if better is None:
                 raise
             raise better from None
+
+    def _field_arg(self, value: Any) -> Any:
+        """A field of an object the graph builds: a ``torch.Size`` of known sizes stays a
+        ``torch.Size`` (a node calling it; torch.fx writes a Size constant as a plain tuple)."""
+        if type(value) is torch.Size:
+            return self.create_node("call_function", torch.Size, (tuple(value),), {})
+        return self.create_arg(value)
 
     def _rebuilt_object(self, obj: Any) -> Optional[Node]:
         """A node that rebuilds ``obj`` (a transformers cache holding traced tensors) at run

@@ -196,7 +196,7 @@ def flatten_inputs(values: Tuple[Any, ...], spec: pytree.TreeSpec, kinds: Option
             return value.tracer.create_proxy(
                 "call_function", flatten_inputs, (values, _spec_argument(value.tracer, spec), kinds), {})
         flat, actual = pytree.tree_flatten(value)
-        if actual != child:
+        if actual != child and not _sizes_being_retraced(flat, actual, child):
             raise _entry_error(*_first_difference(value, child, spec.context[index]))
         leaves.extend(flat)
     if kinds is None:
@@ -220,6 +220,20 @@ def flatten_inputs(values: Tuple[Any, ...], spec: pytree.TreeSpec, kinds: Option
 
 
 _PLAIN = (tuple, list, dict)
+
+
+def _sizes_being_retraced(flat: List[Any], actual: pytree.TreeSpec, traced: pytree.TreeSpec) -> bool:
+    """A re-trace of the graph's own code (loading a pickle) hands a ``torch.Size`` input over
+    as a tuple of its sizes' proxies (no ``torch.Size`` holds proxies): the same structure."""
+    def same(a: pytree.TreeSpec, t: pytree.TreeSpec) -> bool:
+        if a.is_leaf() or t.is_leaf():
+            return a.is_leaf() and t.is_leaf()
+        if not (a.type is t.type or (a.type is tuple and t.type is torch.Size)):
+            return False
+        return (a.context == t.context and a.num_children == t.num_children
+                and all(same(x, y) for x, y in zip(a.children(), t.children())))
+
+    return any(_is_proxy(leaf) for leaf in flat) and same(actual, traced)
 _EXACT = {"i": int, "f": float, "c": complex, "b": bool, "s": str}
 
 
@@ -270,7 +284,41 @@ def rebuild_outputs(leaves: List[Any], spec: pytree.TreeSpec) -> Any:
                 return _Rebuilt(list(leaves), spec)
             return leaf.tracer.create_proxy(
                 "call_function", rebuild_outputs, (list(leaves), _spec_argument(leaf.tracer, spec)), {})
-    return pytree.tree_unflatten(leaves, spec)
+    return unflatten(leaves, spec)
+
+
+def unflatten(leaves: List[Any], spec: pytree.TreeSpec) -> Any:
+    """``pytree.tree_unflatten``, except that a ``torch.Size`` comes back as a ``torch.Size``.
+    torch registers ``torch.Size`` as a pytree node that unflattens to a plain tuple (for
+    make_fx, whose sizes are proxies then); eager returns and takes a ``torch.Size``, and
+    ``out.shape == torch.Size(...)`` holds for a tuple too, but ``type()``, ``.numel()`` and
+    pickled outputs tell them apart."""
+    if not _holds_size(spec):
+        return pytree.tree_unflatten(leaves, spec)
+    if len(leaves) != spec.num_leaves:
+        return pytree.tree_unflatten(leaves, spec)  # (pytree's own message)
+    remaining = iter(leaves)
+
+    def build(node: pytree.TreeSpec) -> Any:
+        if node.is_leaf():
+            return next(remaining)
+        children = [build(child) for child in node.children()]
+        if node.type is torch.Size and all(type(c) is int or type(c) is torch.SymInt for c in children):
+            return torch.Size(children)
+        return pytree.tree_unflatten(children, _one_level_spec(node))
+
+    return build(spec)
+
+
+def _holds_size(spec: pytree.TreeSpec) -> bool:
+    if spec.is_leaf():
+        return False
+    return spec.type is torch.Size or any(_holds_size(child) for child in spec.children())
+
+
+def _one_level_spec(node: pytree.TreeSpec) -> pytree.TreeSpec:
+    """``node`` with leaves for children: rebuilds one level from children built already."""
+    return pytree.TreeSpec(node.type, node.context, [pytree.treespec_leaf()] * node.num_children)
 
 
 def _spec_argument(tracer: Any, spec: pytree.TreeSpec) -> Any:
@@ -413,7 +461,7 @@ class StructuredCodeGen(_PyTreeCodeGen):
     def process_outputs(self, out: Any) -> Any:
         if self.pytree_info.out_spec is None:
             return out
-        return pytree.tree_unflatten(out, self.pytree_info.out_spec)
+        return unflatten(out, self.pytree_info.out_spec)
 
     def set_outputs(self, result: Any) -> Any:
         """Take the traced function's result: flat leaves plus an output spec unless
@@ -589,7 +637,7 @@ def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
     root = tracer.root
 
     def flatten_fn(*placeholders: Any) -> Any:
-        tree = pytree.tree_unflatten(list(pass_in), in_spec)
+        tree = unflatten(list(pass_in), in_spec)
         # By keyword where Python allows it: decorators such as transformers' check_model_inputs
         # wrap forward in (self, *args, **kwargs) and read some arguments from kwargs only.
         positional: List[Any] = []
