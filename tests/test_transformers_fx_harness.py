@@ -116,3 +116,23 @@ def test_table_failures_by_first_line_and_an_untouched_tree(tmp_path):
             "a graph cannot record entering inference mode.") in forced
     assert "test_modeling_toy::ForcedTest::test_torch_fx_output_loss" in forced
     assert _files(tree) == before  # no bytecode, no file written into the tree
+
+
+def test_shards_cover_the_set_once(tmp_path):
+    """``--shard K/N`` runs every N-th class from the K-th: two shards of the forced set run
+    its two classes once each, and neither runs the other's."""
+    tree = _tree(tmp_path / "transformers")
+    seen = []
+    for shard in ("0/2", "1/2"):
+        run = subprocess.run(
+            [sys.executable, "-m", "tools.peers.transformers_fx", str(tree), "--set", "forced", "--mode", "eager",
+             "--shard", shard, "-v"],
+            cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "forced set: 1 test classes, 2 tests" in run.stdout
+        seen.append({line.split()[3].split("::")[1] for line in run.stdout.splitlines()
+                     if line.startswith("  eager ") and "::" in line})
+    assert sorted(map(sorted, seen)) == [["ForcedTest"], ["NotRunnableTest"]]
+    bad = subprocess.run([sys.executable, "-m", "tools.peers.transformers_fx", str(tree), "--shard", "2/2"],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "--shard 2/2: expected K/N with 0 <= K < N" in bad.stderr

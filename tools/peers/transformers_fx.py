@@ -25,6 +25,7 @@ Usage::
     python -m tools.peers.transformers_fx PATH                       # claimed set, graph/specializer/hf
     python -m tools.peers.transformers_fx PATH --set forced --mode eager graph --models bert,gpt2
     python -m tools.peers.transformers_fx PATH -v                    # with full tracebacks
+    python -m tools.peers.transformers_fx PATH --set forced --shard 0/8   # every 8th class: a sample
 
 ``PATH`` is a local copy of transformers' repository (the folder holding ``tests/``) at a
 commit matching the installed transformers; ``docs/transformers.md`` says which version and
@@ -204,8 +205,11 @@ def discover(tree: str, models: Optional[Sequence[str]]) -> Tuple[List[Tuple[str
 
 
 def run(tree: str, sets: Sequence[str], modes: Sequence[str], models: Optional[Sequence[str]] = None,
-        timeout: int = 300, limit: Optional[int] = None, verbose: bool = False) -> Dict[str, Any]:
-    """Run the chosen sets in the chosen modes; print the tables; return the outcomes."""
+        timeout: int = 300, limit: Optional[int] = None, verbose: bool = False,
+        shard: Tuple[int, int] = (0, 1)) -> Dict[str, Any]:
+    """Run the chosen sets in the chosen modes; print the tables; return the outcomes.
+    ``shard`` (k, n): only every n-th test class of each set, from the k-th (a sample, or one
+    of n runs that together cover the set)."""
     sys.dont_write_bytecode = True  # nothing is written into the test tree
     import transformers
 
@@ -221,6 +225,7 @@ def run(tree: str, sets: Sequence[str], modes: Sequence[str], models: Optional[S
         cases = [(model, case) for model, case in found if bool(case.fx_compatible) == claimed]
         if limit is not None:
             cases = cases[:limit]
+        cases = cases[shard[0]::shard[1]]
         per_mode: Dict[str, Dict[str, Outcome]] = {mode: {} for mode in modes}
         started = time.time()
         for _model, case in cases:
@@ -233,11 +238,13 @@ def run(tree: str, sets: Sequence[str], modes: Sequence[str], models: Optional[S
                         if chosen == "forced" and mode != "eager" and "eager" in modes \
                                 and per_mode["eager"][key].status != "pass":
                             continue  # not runnable: the harness fails with the model itself
+                        began = time.time()
                         with _substituted(mode):
                             outcome = _run_one(case, name, timeout)
                         per_mode[mode][key] = outcome
                         if verbose:
-                            print(f"  {mode:<11} {outcome.status:<5} {key} {outcome.first_line}", flush=True)
+                            print(f"  {mode:<11} {outcome.status:<5} {time.time() - began:>5.0f}s {key} "
+                                  f"{outcome.first_line}", flush=True)
             finally:
                 case.fx_compatible = forced_before
         outcomes[chosen] = per_mode
@@ -288,6 +295,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "with the forced set, the other modes run only the tests eager passes)")
     parser.add_argument("--models", help="comma-separated model folders (tests/models/NAME) to run")
     parser.add_argument("--limit", type=int, help="at most this many test classes per set")
+    parser.add_argument("--shard", default="0/1", metavar="K/N",
+                        help="every N-th test class of each set, from the K-th (0-based): a sample, or one "
+                             "of N runs that together cover the set")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per test and mode (default 300)")
     parser.add_argument("--policy", default="all",
                         help="specfx's policy: 'all' flags (default, each answer guarded) or e.g. 'bool,iter'")
@@ -297,10 +307,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "forced" in args.sets and "eager" not in modes:
         modes.insert(0, "eager")  # the runnable tests of the forced set are those eager passes
     models = args.models.split(",") if args.models else None
+    try:
+        shard = tuple(int(part) for part in args.shard.split("/"))
+        if len(shard) != 2 or not 0 <= shard[0] < shard[1]:
+            raise ValueError
+    except ValueError:
+        parser.error(f"--shard {args.shard}: expected K/N with 0 <= K < N, e.g. 0/4")
     global POLICY
     POLICY = specfx.Specialize.ALL if args.policy == "all" else args.policy
     try:
-        run(args.tree, args.sets, modes, models, args.timeout, args.limit, args.verbose)
+        run(args.tree, args.sets, modes, models, args.timeout, args.limit, args.verbose,
+            (shard[0], shard[1]))
     except KeyboardInterrupt:
         traceback.print_exc(limit=1)
         return 130
