@@ -154,6 +154,17 @@ class TestTheModelChangedAfterTheTrace:
             retraced(x)
 
 
+def test_a_specializer_traces_the_changed_model_again():
+    """A Specializer treats the entry check like any guard: a variant of the old model fails it,
+    and the call traces the model as it is now."""
+    model, x = Net(), torch.randn(2, 3)
+    spec = specfx.Specializer(model)
+    torch.testing.assert_close(spec(x), model(x), rtol=0, atol=0)
+    model.w = nn.Parameter(torch.zeros(3))
+    torch.testing.assert_close(spec(x), model(x), rtol=0, atol=0)
+    assert len(spec.variants) == 2
+
+
 class Mode(nn.Module):
     def __init__(self):
         super().__init__()

@@ -589,21 +589,31 @@ class StateKeeper:
         if self._module is None:
             yield
             return
-        tables = [dict(table.items()) for table in self._live]
+        # (keys and values of every table, gathered in C: the common case is that nothing changed)
+        layouts = list(map(tuple, self._live))
+        values = tuple(itertools.chain.from_iterable(map(self._values_of, self._live)))
         contents = [_contents_of(container) for _, container, _ in self._containers]
         try:
             yield
         finally:
-            count = len(self._plain)
-            for index, (table, before) in enumerate(zip(self._live, tables)):
-                if list(table) == list(before) and all(map(operator.is_, table.values(), before.values())):
-                    continue
-                name = self._plain[index % count][0]
-                self.excused.update(f"{name}.{key}" if name else key for key in {*table, *before}
-                                    if table.get(key, _ABSENT) is not before.get(key, _ABSENT))
+            if not (list(map(tuple, self._live)) == layouts and all(map(
+                    operator.is_, itertools.chain.from_iterable(map(self._values_of, self._live)), values))):
+                self._excuse_tables(layouts, values)
             for (_, container, _), before in zip(self._containers, contents):
                 if _contents_of(container) != before:
                     self.excused.add(id(container))
+
+    def _excuse_tables(self, layouts: List[Tuple[str, ...]], values: Tuple[Any, ...]) -> None:
+        """Note the table entries that differ from ``layouts``/``values`` (as excusing() read them)."""
+        count, start = len(self._plain), 0
+        for index, (table, keys) in enumerate(zip(self._live, layouts)):
+            before = dict(zip(keys, values[start:start + len(keys)]))
+            start += len(keys)
+            if list(table) == list(keys) and all(map(operator.is_, self._values_of(table), before.values())):
+                continue
+            name = self._plain[index % count][0]
+            self.excused.update(f"{name}.{key}" if name else key for key in {*table, *before}
+                                if table.get(key, _ABSENT) is not before.get(key, _ABSENT))
 
     @property
     def protect(self) -> Any:  # the tracer's hook before a write (kept for callers of the old name)
