@@ -25,7 +25,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 class Gated(nn.Module):
-    """An optional mask, a batch size read as an int, and a branch on data."""
+    """An optional mask, a batch size read as an int (a size that only flowed into the
+    reshape would stay a read when the graph runs), and a branch on data."""
 
     def __init__(self):
         super().__init__()
@@ -33,7 +34,7 @@ class Gated(nn.Module):
 
     def forward(self, x, mask=None):
         y = self.lin(x)
-        b = x.shape[0]
+        b = int(x.shape[0])
         if y.sum() > 0:
             y = y * 2
         else:
@@ -69,11 +70,11 @@ class TestCounts:
         assert str(report).splitlines() == [
             "specfx coverage: 1 of 4 batches pass every guard; failing: batches 1, 2, 3",
             "#  assumption                 held  failed  not reached  first failure"
-            "                        location" + " " * (len(at("b = x.shape[0]")) - 8) + "  source",
+            "                        location" + " " * (len(at("b = int(x.shape[0])")) - 8) + "  source",
             f"1  mask is None               3     1       0            batch 3: mask is not None            "
             f"{at('def forward(self, x, mask=None)')}  def forward(self, x, mask=None):",
             f"2  x.size(0) == 3             3     1       0            batch 2: x.size(0) == 5              "
-            f"{at('b = x.shape[0]')}  b = x.shape[0]",
+            f"{at('b = int(x.shape[0])')}  b = int(x.shape[0])",
             f"3  bool(y.sum() > 0) == True  1     1       2            batch 1: bool(y.sum() > 0) == False  "
             f"{at('if y.sum() > 0')}  if y.sum() > 0:",
         ]
@@ -162,8 +163,9 @@ class TestBatchForms:
         assert specfx.coverage(gm, loader).covered
 
     def test_transformers_dict_batches(self):
-        """BatchEncoding batches of several padded lengths: the shape guard fails exactly on the
-        batches whose length differs from the example's; the others pass."""
+        """BatchEncoding batches of several padded lengths: under SHAPES, BERT's sizes only flow
+        into ops (`batch_size, seq_length = input_shape` and the views and expands built from
+        them), so no dimension is decided and every batch passes, equal to eager."""
         transformers = pytest.importorskip("transformers")
         config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
                                          num_attention_heads=2, intermediate_size=20)
@@ -173,13 +175,12 @@ class TestBatchForms:
                    for n in (6, 6, 9, 6, 4)]
         gm = specfx.trace(model, example_kwargs=dict(batches[0]), policy=Policy(shapes=True))
         report = specfx.coverage(gm, batches)
-        assert report.failed_batches == (2, 4)
-        (shape_row,) = [row for row in report.guards if row.assumption == "input_ids.shape == (2, 6)"]
-        assert (shape_row.held, shape_row.failed, shape_row.first_failure, shape_row.value_seen) == (3, 2, 2, (2, 9))
+        assert report.covered and report.failed_batches == ()
+        assert not {"shape", "size"} & {str(s.kind) for s in gm.specializations}
         with torch.no_grad():
-            for index in (0, 1, 3):
-                expected = model(**batches[index]).last_hidden_state
-                assert torch.equal(gm(**batches[index]).last_hidden_state, expected)
+            for batch in batches:
+                expected = model(**batch).last_hidden_state
+                torch.testing.assert_close(gm(**batch).last_hidden_state, expected)
 
 
 class NormThenBranch(nn.Module):
@@ -214,7 +215,7 @@ class CountAfterGuards(nn.Module):
         self.after = Counting("after")
 
     def forward(self, x):
-        n = x.size(0)
+        n = int(x.size(0))
         y = self.before(x)
         y = y * 2 if y.sum() > 0 else y
         return self.after(y) * n
@@ -226,7 +227,7 @@ class ShapeOnly(nn.Module):
         self.before = Counting("before")
 
     def forward(self, x):
-        n = x.size(0)
+        n = int(x.size(0))
         return self.before(x).view(n, -1)
 
 

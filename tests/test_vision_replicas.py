@@ -57,6 +57,36 @@ class TestPerDimensionGuards:
         with pytest.raises(GuardError, match="orig_height"):
             gm(torch.randn(2, 8, 6, 6))
 
+    def test_vit_traced_at_batch_2_runs_at_1_3_5_under_shapes(self):
+        """torchvision's ViT stores `n = x.shape[0]` and passes it to expand() and reshape():
+        traced at batch 2 under SHAPES, no policy beyond it, the graph reads the batch when it
+        runs and serves batches 1, 3 and 5 (it guarded x.size(0) == 2)."""
+        model = V.PatchViT().eval()
+        gm = specfx.trace(model, torch.randn(2, 3, 16, 16), policy=Policy(shapes=True))
+        assert not {"shape", "size"} & {str(s.kind) for s in gm.specializations}
+        equal_on(gm, model, *(torch.randn(batch, 3, 16, 16) for batch in (1, 3, 5)))
+
+    def test_a_stored_dimension_is_decided_where_it_is_needed_as_an_int(self):
+        """`n = x.shape[0]` / `b = x.size(1)` kept in a name: a size read while it only flows into
+        ops, decided as its dimension (`x.size(0) == 2`) where the code needs an int."""
+        def into_ops(x):
+            n = x.shape[0]
+            b = x.size(1)
+            return x.reshape(n, b, -1).expand(n, b, 2) + torch.zeros(n, 1, 1)
+
+        def needs_an_int(x):
+            n = x.shape[0]
+            return torch.stack([x[i] for i in range(n)]) * 2
+
+        gm = specfx.trace(into_ops, torch.randn(2, 3, 1), policy=Policy(shapes=True))
+        assert not {"shape", "size"} & {str(s.kind) for s in gm.specializations}
+        equal_on(gm, into_ops, torch.randn(5, 4, 1), torch.randn(1, 1, 1))
+        gm = specfx.trace(needs_an_int, torch.randn(2, 3), policy=Policy(shapes=True))
+        assert [s.guard_description for s in gm.specializations] == ["x.size(0) == 2"]
+        equal_on(gm, needs_an_int, torch.randn(2, 7))
+        with pytest.raises(GuardError, match=r"x.size\(0\) == 2"):
+            gm(torch.randn(3, 3))
+
     def test_unpacked_dims_read_as_ints_guard_those_dims(self):
         """`n, c, h, w = x.shape` with only `h` and `w` read as ints guards exactly those two."""
         def f(x):
