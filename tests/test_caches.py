@@ -145,3 +145,69 @@ class TestCachesIn:
         torch.testing.assert_close(out.last_hidden_state, expected.last_hidden_state)
         assert out.past_key_values is mine
         assert_same_cache(mine, eager)
+
+
+class _EmptyCacheModel(torch.nn.Module):
+    """Returns a cache holding none of the traced tensors (nothing for the graph to rebuild it
+    around) when use_cache is on; use_cache reaches forward as each subclass says."""
+
+    def __init__(self):
+        super().__init__()
+        self.config = transformers.PretrainedConfig(use_cache=True)
+
+    def outputs(self, x, use_cache):
+        return {"out": x * 2, "past_key_values": transformers.DynamicCache() if use_cache else None}
+
+
+class UseCacheParameter(_EmptyCacheModel):
+    def forward(self, x, use_cache=None):
+        return self.outputs(x, self.config.use_cache if use_cache is None else use_cache)
+
+
+class UseCacheInKwargs(_EmptyCacheModel):
+    def forward(self, x, **kwargs):
+        return self.outputs(x, kwargs.get("use_cache", self.config.use_cache))
+
+
+class UseCacheFromConfig(_EmptyCacheModel):
+    def forward(self, x):
+        return self.outputs(x, self.config.use_cache)
+
+
+class TestAdviceThatWorks:
+    """A cache the graph cannot return: the fix names the way use_cache reaches this model,
+    and following it traces a graph equal to eager."""
+
+    @pytest.mark.parametrize("model_class, fix", [
+        (UseCacheParameter, "trace with concrete_args={'use_cache': False}"),
+        (UseCacheInKwargs, "trace with example_kwargs={'use_cache': False}"),
+        (UseCacheFromConfig, "set model.config.use_cache = False before tracing"),
+    ])
+    def test_the_fix_names_how_use_cache_arrives(self, model_class, fix):
+        x = torch.randn(2, 3)
+        with pytest.raises(specfx.SpecializationError) as refused:
+            specfx.trace(model_class(), x)
+        assert f"Fix: {fix}" in str(refused.value)
+        model = model_class()
+        if model_class is UseCacheParameter:
+            gm = specfx.trace(model, x, concrete_args={"use_cache": False})  # the graph's default
+            called, eager = {}, {"use_cache": False}
+        elif model_class is UseCacheInKwargs:
+            gm = specfx.trace(model, (x,), {"use_cache": False})
+            called = eager = {"use_cache": False}
+        else:
+            model.config.use_cache = False
+            gm = specfx.trace(model, x)
+            called = eager = {}
+        other = torch.randn(5, 3)
+        got, expected = gm(other, **called), model(other, **eager)
+        assert got["past_key_values"] is expected["past_key_values"] is None
+        torch.testing.assert_close(got["out"], expected["out"])
+
+    def test_on_the_command_line_the_kwarg_is_an_option(self):
+        from specfx._policy.spelling import spelled
+        from specfx.cli.trace_command import CommandLineSpelling
+
+        with spelled(CommandLineSpelling(None)), pytest.raises(specfx.SpecializationError,
+                                                                match=r"Fix: trace with --kwarg use_cache=False"):
+            specfx.trace(UseCacheInKwargs(), torch.randn(2, 3))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 from typing import Any, Iterator, List, Optional, Tuple
 
 import torch
@@ -18,7 +19,8 @@ import torch
 from .._graph.objects import Path
 
 from ..errors import SpecializationError
-from .._policy.messages import unrepresentable_output
+from .._policy.messages import cache_output_advice, unrepresentable_output
+from .._policy.spelling import spelling
 
 __all__ = ["unrepresentable_output_error"]
 
@@ -77,23 +79,43 @@ def template_of(obj: Any, traced: List[Tuple[Path, Any]]) -> Any:
     return copy.deepcopy(obj, memo)
 
 
-def _advice(value: Any) -> str:
+def _advice(value: Any, root_fn: Any, root: Any) -> str:
     kind = type(value)
     if kind.__module__.startswith("transformers.") and "Cache" in kind.__name__:
-        return ("trace with concrete_args={'use_cache': False} (transformers returns a cache when use_cache is "
-                "on, the config's default); the graph then returns no cache, and a call with use_cache=True "
-                "fails its check")
+        return cache_output_advice(*_use_cache_off(root_fn, root))
     return "return tensors (or tuples, lists, dicts and dataclasses of them) from forward"
 
 
-def unrepresentable_output_error(output: Any, value: Any, cause: BaseException) -> Optional[SpecializationError]:
+def _use_cache_off(root_fn: Any, root: Any) -> Tuple[str, bool]:
+    """How ``use_cache=False`` reaches this model, and whether as an argument: a parameter of
+    forward (``concrete_args``), ``**kwargs`` (``example_kwargs``: concrete_args cannot name
+    it), else its config."""
+    try:
+        parameters = inspect.signature(root_fn).parameters if root_fn is not None else {}
+    except (TypeError, ValueError):
+        parameters = {}
+    has_config = hasattr(getattr(root, "config", None), "use_cache")
+    by_config = "set model.config.use_cache = False before tracing"
+    if "use_cache" in parameters:
+        return f"trace with {spelling().concrete('use_cache', False)}", True
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        fix = f"trace with {spelling().example_kwarg('use_cache', False)}"
+        return (f"{fix}, or {by_config}" if has_config else fix), True
+    if has_config:
+        return by_config, False
+    return f"trace with {spelling().concrete('use_cache', False)}", True
+
+
+def unrepresentable_output_error(output: Any, value: Any, cause: BaseException, root_fn: Any = None,
+                                 root: Any = None) -> Optional[SpecializationError]:
     """The error to raise when torch.fx cannot turn ``value``, part of ``output``, into
-    a graph argument; ``None`` when ``value`` is not part of the output."""
+    a graph argument; ``None`` when ``value`` is not part of the output. ``root_fn`` (the
+    traced forward) and ``root`` say how a fix reaches the model."""
     # (without the output at hand, torch.fx's failure is still about a value it cannot hold)
     path = _path_of(output, value) if output is not None else "a value"
     if path is None:
         return None
     return SpecializationError(
-        unrepresentable_output(path, type(value), cause, _advice(value)),
+        unrepresentable_output(path, type(value), cause, _advice(value, root_fn, root)),
         operation=f"returning {path}",
     )

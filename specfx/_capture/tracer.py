@@ -206,6 +206,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         self._constants = GraphConstants(self)  # values the generated code reads from attributes
         self._foreign = ForeignModules(self)  # modules the root does not own, named when called
         self._output: Any = None
+        self._root_fn: Any = None  # the traced forward: how a fix reaches it (use_cache, ...)
         self._trace_frame: Optional[types.FrameType] = None
         # (the frame of the innermost module call being traced, the except clauses above it (read
         # at each op), the memo of the walks from its ops up to it)
@@ -496,7 +497,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             rebuilt = self._rebuilt_object(a)
             if rebuilt is not None:
                 return rebuilt
-            better = unrepresentable_output_error(self._output, a, error)
+            better = unrepresentable_output_error(self._output, a, error, self._root_fn, self.root)
             if better is None:
                 raise
             raise better from None
@@ -528,6 +529,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         With examples (or re-tracing specfx's generated code) the placeholders are the
         leaves of the inputs and the graph checks their structure at entry (_structure.py)."""
         where = definition_line(root_fn)
+        self._root_fn = root_fn
         if not concrete_args and (self.examples is not None or structured_root(self.root)):
             fn, leaves, self._codegen = create_structured_args(
                 self, root_fn, is_module, self.examples,

@@ -348,6 +348,14 @@ def unrepresentable_output(path: str, kind: type, cause: BaseException, advice: 
     )
 
 
+def cache_output_advice(fix: str, by_argument: bool) -> str:
+    """The fix for a transformers cache forward returns that the graph cannot rebuild: turn
+    ``use_cache`` off the way it reaches this model (``fix``: an argument, or the config)."""
+    after = ("the graph then returns no cache, and a call with use_cache=True fails its check" if by_argument
+             else "the graph then returns no cache")
+    return f"{fix} (transformers returns a cache when use_cache is on, the config's default); {after}"
+
+
 def hooks_with_kwargs(class_name: str) -> str:
     """The root has forward hooks registered with ``with_kwargs=True``."""
     return (

@@ -32,6 +32,11 @@ class Spelling:
         """Bake a Python input into the graph."""
         return f"concrete_args={{{name!r}: {value!r}}}"
 
+    def example_kwarg(self, name: str, value: Any) -> str:
+        """Give a keyword argument among the example inputs (where forward takes it through
+        ``**kwargs``, which ``concrete_args`` cannot name)."""
+        return f"example_kwargs={{{name!r}: {value!r}}} (beside the other keyword inputs)"
+
     def leaf(self) -> str:
         """Keep a submodule out of the trace, called as a whole."""
         return "trace(..., leaf_modules=[...])"

@@ -44,6 +44,9 @@ class CommandLineSpelling(Spelling):
     def concrete(self, name: str, value: Any) -> str:
         return f"--concrete-arg {name}={value!r}"
 
+    def example_kwarg(self, name: str, value: Any) -> str:
+        return f"--kwarg {name}={value!r}"
+
     def leaf(self) -> str:
         return "--leaf QUALNAME"
 
