@@ -136,10 +136,12 @@ def _register_side_effects(node_module: str) -> None:
 
 
 def _fail(
-    what: str, expected: Any, actual: Any, where: str, *, claim: str = "", observed: str = "", changed: str = ""
+    what: str, expected: Any, actual: Any, where: str, *, claim: str = "", observed: str = "", changed: str = "",
+    branch: bool = False,
 ) -> NoReturn:
     raise GuardError(
-        guard_failure(what, expected, actual, where, claim=claim, observed=observed, changed=changed),
+        guard_failure(what, expected, actual, where, claim=claim, observed=observed, changed=changed,
+                      branch=branch),
         expression=what,
         expected=expected,
         actual=actual,
@@ -173,7 +175,7 @@ def guard_truth(value: Any, expected: bool, what: str, where: str) -> None:
     """Fail unless ``bool(value) == expected``."""
     actual = _observe(what, expected, where, lambda: bool(value))
     if actual is not expected:
-        _fail(what, expected, actual, where)
+        _fail(what, expected, actual, where, branch=True)
 
 
 @_guard

@@ -508,6 +508,11 @@ def float_of_data(x):
     return x * float(x.max())
 
 
+class KeywordPresent(nn.Module):
+    def forward(self, x, **kwargs):
+        return x + kwargs["y"] if "y" in kwargs else x
+
+
 FX_BOOL = "symbolically traced variables cannot be used as inputs to control flow"
 FX_ITER = "Proxy object cannot be iterated"
 FX_LEN = "'len' is not supported in symbolic tracing by default"
@@ -520,6 +525,7 @@ UNTRACEABLE = {
     "for-loop": (loop_over_split, FX_ITER),
     "star": (star_split, FX_ITER),
     "zip": (zip_unbind, FX_ITER),
+    "in-kwargs": (KeywordPresent(), FX_ITER),  # `"y" in kwargs`: FX iterates the **kwargs proxy
 }
 
 
@@ -539,6 +545,23 @@ class TestUntraceable:
         message = str(caught.value)
         assert fx_message in message
         assert "example inputs" in message and "specfx.trace(model, (example_input,)" in message
+
+    def test_self_inside_star_args_is_refused_as_fx_does_with_examples_too(self):
+        """`def forward(*args, **kwargs)` taking `self = args[0]`: torch.fx raises before tracing;
+        specfx raises the same error with or without example inputs (the examples no longer
+        shift into the wrong parameters and fail with IndexError)."""
+        class SelfInArgs(nn.Module):
+            def forward(*args, **kwargs):
+                return torch.relu(args[1])
+
+        x, y = torch.rand(1), torch.rand(1)
+        with pytest.raises(RuntimeError) as fx_error:
+            torch.fx.symbolic_trace(SelfInArgs())
+        for examples in ((), ((x, y), {"foo": x})):
+            with pytest.raises(RuntimeError) as caught:
+                specfx.trace(SelfInArgs(), *examples)
+            assert type(caught.value) is type(fx_error.value)
+            assert str(caught.value) == str(fx_error.value) == "``self`` argument cannot be part of *args expansion!"
 
     def test_fx_iteration_message_is_complete(self):
         """The iteration error keeps FX's whole message, not only its first sentence."""

@@ -45,6 +45,28 @@ class TestBatchGeneric:
         equal_on(gm, model, torch.randn(3, 8, 8, 16), torch.randn(2, 6, 10, 16))
 
 
+class TestSwinPaddingBranch:
+    def test_the_guard_failure_says_a_specializer_is_the_answer_and_it_is(self):
+        """transformers' Swin crops back only if it padded: a branch on the size, rightly guarded.
+        The GuardError for a size that pads says how to keep a graph per way (a Specializer), and
+        following it serves both ways, equal to eager."""
+        model = V.PaddedWindowAttention().eval()
+        gm = specfx.trace(model, torch.randn(2, 8, 8, 16), policy=Policy(bool=True))
+        equal_on(gm, model, torch.randn(3, 8, 12, 16))
+        with pytest.raises(GuardError) as failed:
+            gm(torch.randn(2, 6, 10, 16))
+        message = str(failed.value)
+        assert "assumed at tests/vision_models.py" in message and "was_padded = pad_values[3] > 0" in message
+        assert ("Keep a graph per way with a Specializer, called as the model is: "
+                "spec = specfx.Specializer(model, policy), then spec(...) traces a variant") in message
+        assert "narrow the policy" not in message  # no policy keeps a branch symbolic
+        spec = specfx.Specializer(model, Policy(bool=True))
+        for x in (torch.randn(2, 8, 8, 16), torch.randn(2, 6, 10, 16), torch.randn(1, 5, 7, 16),
+                  torch.randn(4, 4, 12, 16)):
+            torch.testing.assert_close(spec(x), model(x))
+        assert len(spec.variants) == 2
+
+
 class TestPerDimensionGuards:
     def test_mobilevit_guards_height_and_width_not_the_batch(self):
         """MobileViT unpacks `features.shape` and reads the patch counts as ints: under SHAPES
@@ -86,6 +108,36 @@ class TestPerDimensionGuards:
         equal_on(gm, needs_an_int, torch.randn(2, 7))
         with pytest.raises(GuardError, match=r"x.size\(0\) == 2"):
             gm(torch.randn(3, 3))
+
+    def test_a_shape_built_from_size_and_stored_stays_a_read(self):
+        """transformers' attention (MobileViT's, BERT's) stores `context.size()[:-2] + (all_head_size,)`
+        and hands it to view(): under SHAPES that whole size is read when the graph runs (it guarded
+        `context_layer.shape == (8, 4, 2, 8)`, tying the graph to the batch)."""
+        def merge_heads(context):
+            new_shape = context.size()[:-2] + (16,)
+            return context.view(new_shape) * 2
+
+        gm = specfx.trace(merge_heads, torch.randn(2, 4, 2, 8), policy=Policy(shapes=True))
+        assert not {"shape", "size"} & {str(s.kind) for s in gm.specializations}
+        equal_on(gm, merge_heads, torch.randn(5, 3, 2, 8), torch.randn(1, 1, 4, 4))
+
+    def test_transformers_mobilevit_under_shapes_serves_every_batch(self):
+        """MobileViT's patch counts (`int(math.ceil(orig_height / patch_height) * ...)`) guard the
+        resolution; nothing guards the batch."""
+        transformers = pytest.importorskip("transformers")
+        torch.manual_seed(0)
+        model = transformers.MobileViTModel(transformers.MobileViTConfig(
+            image_size=32, patch_size=2, hidden_sizes=[16, 16, 16], neck_hidden_sizes=[8, 8, 16, 16, 16, 16, 32],
+            num_attention_heads=2)).eval()
+        with pytest.warns(specfx.SpecializationWarning, match="orig_height"):  # (the tiny last stage: 2x2)
+            gm = specfx.trace(model, torch.randn(2, 3, 32, 32), policy=Policy(shapes=True))
+        assert not {"shape", "size"} & {str(s.kind) for s in gm.specializations}
+        with torch.no_grad():
+            for batch in (1, 3):
+                x = torch.randn(batch, 3, 32, 32)
+                torch.testing.assert_close(gm(x).last_hidden_state, model(x).last_hidden_state)
+        with pytest.raises(GuardError, match="orig_height"):
+            gm(torch.randn(2, 3, 64, 64))
 
     def test_unpacked_dims_read_as_ints_guard_those_dims(self):
         """`n, c, h, w = x.shape` with only `h` and `w` read as ints guards exactly those two."""

@@ -212,6 +212,27 @@ class WindowAttention(nn.Module):
         return x[:, :H, :W, :].contiguous()
 
 
+class PaddedWindowAttention(WindowAttention):
+    """Swin as transformers writes it: pads only when the size is not a window multiple and
+    crops back only if it padded (`was_padded = pad_values[3] > 0 or pad_values[5] > 0`), a
+    branch on the input's size that eager takes one way or the other."""
+
+    def forward(self, x):  # x: (B, H, W, C)
+        B, H, W, C = x.shape
+        w = self.window
+        pad_values = (0, 0, 0, (w - W % w) % w, 0, (w - H % w) % w)
+        x = F.pad(x, pad_values)
+        _, Hp, Wp, _ = x.shape
+        x = x.view(B, Hp // w, w, Wp // w, w, C).permute(0, 1, 3, 2, 4, 5).reshape(-1, w * w, C)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        a = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(C), dim=-1) @ v
+        x = self.proj(a).view(B, Hp // w, Wp // w, w, w, C).permute(0, 1, 3, 2, 4, 5).reshape(B, Hp, Wp, C)
+        was_padded = pad_values[3] > 0 or pad_values[5] > 0
+        if was_padded:
+            x = x[:, :H, :W, :].contiguous()
+        return x
+
+
 class SqueezeExcite(nn.Module):
     def __init__(self, c, r=4):
         super().__init__()

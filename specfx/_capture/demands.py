@@ -26,9 +26,9 @@ from torch.fx.node import Node
 from torch.fx.proxy import Proxy
 
 from .._policy import messages as _messages
-from .._frames.bytecode import constant_subscript_next, stored_next, unpack_count, unpacked_next
+from .._frames.bytecode import constant_subscript_next, unpack_count, unpacked_next
 from .._frames.bytecode import Attribute
-from .._frames.message_flow import GRAPH, message_sink, resolve_described, value_consumers
+from .._frames.message_flow import GRAPH, message_sink, only_stored, resolve_described, value_consumers
 from .._graph.message_text import placeholder
 from .decisions import Decider, Decision
 from .._policy.describe import is_input_path
@@ -301,7 +301,7 @@ class ValueDemands:
 
     def resolve_contains(self, proxy: ValueProxy, item: Any) -> bool:
         """Called for ``item in proxy``: recorded as ``operator.contains`` and decided as a BOOL."""
-        self._require_value(proxy, f"`... in {self.describe(proxy)}`", Specialize.BOOL, "bool")
+        self._require_value(proxy, f"`... in {self.describe(proxy)}`", Specialize.BOOL, "contains")
         return self.to_bool(self.create_proxy("call_function", operator.contains, (proxy, item), {}))
 
     def record_setitem(self, proxy: ValueProxy, index: Any, value: Any) -> None:
@@ -489,16 +489,17 @@ class ValueDemands:
 
     def _symbolic_shape(self, proxy: ValueProxy, frame: Optional[types.FrameType]) -> bool:
         """Whether a shape read (``x.shape``, ``x.size()``, ``x.size(d)``) that SHAPES grants
-        stays symbolic: unpacked into names at once, one dimension stored into a name
-        (``n = x.shape[0]``, ``b = x.size(0)``), or only formatted into a message. A name is
-        decided, as its dimension, where the code needs it as an int; until then it is a size
-        read when the graph runs (``x.expand(n, -1)``)."""
+        stays symbolic: unpacked into names at once, stored into a name (``n = x.shape[0]``,
+        ``b = x.size(0)``, ``new_shape = x.size()[:-2] + (h,)``), or only formatted into a
+        message. A name is decided (one dimension as that dimension) where the code needs a
+        Python answer; until then it is a size read when the graph runs (``x.expand(n, -1)``,
+        ``x.view(new_shape)``)."""
         if _is_parameter_node(proxy) or self._evaluating:
             return False
         frame = frame if frame is not None else user_frame()
         if frame is None:
             return False
-        return unpacked_next(frame) or stored_next(frame) or self._message_sink(frame) is not None
+        return unpacked_next(frame) or only_stored(frame) or self._message_sink(frame) is not None
 
     def _decided_as_size(self, proxy: ValueProxy, value: Any) -> bool:
         """A value that is one dimension of a tensor (``h`` of ``n, c, h, w = x.shape``), read

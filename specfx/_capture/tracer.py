@@ -530,6 +530,11 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         leaves of the inputs and the graph checks their structure at entry (_structure.py)."""
         where = definition_line(root_fn)
         self._root_fn = root_fn
+        code = getattr(inspect.unwrap(root_fn), "__code__", None)
+        if is_module and code is not None and code.co_argcount + code.co_kwonlyargcount == 0:
+            # `def forward(*args, **kwargs)` with `self = args[0]`: torch.fx refuses it before
+            # reading any example, so does specfx (examples or not)
+            raise RuntimeError(_messages.SELF_IN_VARARGS)
         if not concrete_args and (self.examples is not None or structured_root(self.root)):
             fn, leaves, self._codegen = create_structured_args(
                 self, root_fn, is_module, self.examples,

@@ -15,7 +15,7 @@ import sys
 import types
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-__all__ = ["FORMS", "stored_next", "Attribute", "BytecodeForms", "CallSite", "Handler", "MATCH_CLASS", "NOT_A_CALL", "Name",
+__all__ = ["FORMS", "Attribute", "BytecodeForms", "CallSite", "Handler", "MATCH_CLASS", "NOT_A_CALL", "Name",
            "attribute_read_line", "call_site_at", "call_sites", "clause_types", "constant_subscript_next",
            "exception_handlers", "forms_for", "has_exception_handlers", "instruction_at", "simulate", "store_line",
            "unpacked_next"]
@@ -84,39 +84,6 @@ def unpacked_next(frame: types.FrameType) -> bool:
     index = bisect.bisect_right([inst.offset for inst in listing], frame.f_lasti) - 1
     for inst in listing[index + 1:index + 3]:
         if inst.opname == FORMS.unpack:
-            return True
-        if inst.opname not in ("CALL", "PRECALL"):
-            return False
-    return False
-
-
-# (3.13 fuses a store with the next load or store: STORE_FAST_LOAD_FAST, STORE_FAST_STORE_FAST)
-_NAME_STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_DEREF", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST"})
-
-
-def stored_next(frame: types.FrameType) -> bool:
-    """Whether the value the frame's current instruction makes, or its constant subscript
-    ``[k]``, is stored into a local name right away (``n = x.shape[0]``, ``b = x.size(0)``).
-
-    >>> import sys
-    >>> class Tensor:
-    ...     @property
-    ...     def shape(self):
-    ...         return (stored_next(sys._getframe(1)),)
-    >>> def f(x):
-    ...     n = x.shape[0]
-    ...     return n, x.shape[0]
-    >>> f(Tensor())
-    (True, False)
-    """
-    listing, _ = _instructions(frame.f_code)
-    index = bisect.bisect_right([inst.offset for inst in listing], frame.f_lasti) - 1
-    if index < 0:
-        return False
-    if constant_subscript(listing, index) is not None:
-        index += 2
-    for inst in listing[index + 1:index + 3]:
-        if inst.opname in _NAME_STORES:
             return True
         if inst.opname not in ("CALL", "PRECALL"):
             return False

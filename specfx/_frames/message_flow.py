@@ -27,7 +27,7 @@ from torch.fx._symbolic_trace import _assert_is_none
 from .bytecode import CALL_FORMS, Attribute, _effect, _instructions, _site, _step, _Unanalyzable, simulate
 from .type_reads import _ABSENT, _resolve
 
-__all__ = ["GRAPH", "TEXT", "message_sink", "resolve_described", "value_consumers"]
+__all__ = ["GRAPH", "STORED", "TEXT", "message_sink", "only_stored", "resolve_described", "value_consumers"]
 
 GRAPH = "graph"  # the sink is recorded in the graph (torch._assert): the text may be built at run time
 TEXT = "text"  # the sink runs at trace time only (an exception, a warning, a log line)
@@ -41,6 +41,17 @@ class _Text:
 
 
 _FOLLOWED = _Text()
+
+
+class _Stored:
+    """The consumer recorded when the followed value is stored into a local name."""
+
+    def __repr__(self) -> str:
+        return "<stored in a local name>"
+
+
+STORED = _Stored()
+_NAME_STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_DEREF", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST"})
 # Instructions whose result is built from the text (and so is text too).
 _BUILDING = frozenset({"BUILD_STRING", "FORMAT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "CONVERT_VALUE",
                        "BUILD_TUPLE", "LIST_APPEND", "BUILD_LIST", "LIST_TO_TUPLE"})
@@ -99,6 +110,8 @@ def _follow(listing: List[dis.Instruction], index: int, stack: List[Any], keywor
             if site.callable is None:
                 return None
             consumers.append(site.callable)
+        elif inst.opname in _NAME_STORES and stack and stack[-1] is _FOLLOWED:
+            consumers.append(STORED)  # `n = x.shape[0]`: the name holds it from here on
         elif inst.opname in _BUILDING or inst.opname in _DERIVING:
             after[-1] = _FOLLOWED
         else:
@@ -117,6 +130,26 @@ def value_consumers(frame: types.FrameType) -> Optional[Tuple[Any, ...]]:
     except KeyError:
         found = _CONSUMERS[key] = _consumers(frame.f_code, frame.f_lasti)
         return found
+
+
+def only_stored(frame: types.FrameType) -> bool:
+    """Whether the value ``frame``'s current instruction makes, or values built from it
+    (``x.size()[:-2] + (h,)``, ``x.shape[0] * 2``), only go into local names.
+
+    >>> import sys
+    >>> class Tensor:
+    ...     @property
+    ...     def shape(self):
+    ...         return (only_stored(sys._getframe(1)), 4)
+    >>> def f(x):
+    ...     n = x.shape[0]
+    ...     head = x.shape[:-1] + (2,)
+    ...     return n, head[0], x.shape[0]
+    >>> f(Tensor())
+    (True, True, False)
+    """
+    consumers = value_consumers(frame)
+    return bool(consumers) and all(described is STORED for described in consumers)
 
 
 def resolve_described(described: Any, frame: types.FrameType) -> Any:

@@ -33,6 +33,9 @@ FX_MESSAGES = {
         "to be recorded, please call torch.fx.wrap('len') at module scope"
     ),
 }
+# `item in proxy`: a torch.fx Proxy has no __contains__, so Python iterates it, and torch.fx
+# raises its iteration error
+FX_MESSAGES["contains"] = FX_MESSAGES[Specialize.ITER_LEN]
 
 
 # The builtin exception torch.fx raises for these operations on a Proxy.
@@ -203,14 +206,25 @@ def describe_identity(kind: str, subject: str, holds: bool) -> str:
 
 
 def guard_failure(what: str, expected: Any, actual: Any, where: str, *, claim: str = "",
-                  observed: str = "", changed: str = "") -> str:
+                  observed: str = "", changed: str = "", branch: bool = False) -> str:
     """The message of a guard that failed at call time: the assumption, what this input gives,
     the user's line, and the ways out. ``changed`` says what changed since the trace, when a
-    dtype or device guard knows (the model's parameters cast or moved, or the inputs)."""
+    dtype or device guard knows (the model's parameters cast or moved, or the inputs);
+    ``branch``: the guard is a branch's condition (``if pad > 0:``, Swin's window padding),
+    which no policy keeps symbolic: a Specializer, a graph per way, is the answer."""
     assumption = claim or f"{what} == {expected!r}"
     observation = observed or f"{what} == {actual!r}"
     head = (f"specfx guard failed: the graph was traced assuming {assumption}, "
             f"but for this input {observation}.\n  assumed at {where}\n")
+    if branch:
+        return head + (
+            "Eager goes the other way at that line for this input, and a graph holds the one way it was "
+            "traced. Keep a graph per way with a Specializer, called as the model is: "
+            "spec = specfx.Specializer(model, policy), then spec(...) traces a variant the first time an "
+            "input goes another way and runs, on each call, the variant whose guards hold "
+            "(spec.fit(batches) traces them ahead of time). Or retrace with an example input like this "
+            "one (specfx.trace(model, example_inputs, policy=...))."
+        )
     if changed == "model":
         return head + (
             f"The model's own tensor `{what.rsplit('.', 1)[0]}` was cast or moved since the trace "
@@ -346,6 +360,10 @@ def unrepresentable_output(path: str, kind: type, cause: BaseException, advice: 
         f"forward returns {path}, a {kind.__module__}.{kind.__qualname__}, which an FX graph cannot "
         f"return ({cause}).\nFix: {advice}."
     )
+
+
+# torch.fx's own words for a module whose forward takes `self` inside `*args`
+SELF_IN_VARARGS = "``self`` argument cannot be part of *args expansion!"
 
 
 def cache_output_advice(fix: str, by_argument: bool) -> str:
