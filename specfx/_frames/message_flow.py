@@ -149,7 +149,7 @@ def only_stored(frame: types.FrameType) -> bool:
     (True, True, False)
     """
     consumers = value_consumers(frame)
-    return bool(consumers) and all(described is STORED for described in consumers)
+    return consumers is not None and all(described is STORED for described in consumers)
 
 
 def resolve_described(described: Any, frame: types.FrameType) -> Any:
