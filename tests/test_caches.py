@@ -4,7 +4,9 @@ inputs, written as eager writes them (tiny Llama and BART, default configs)."""
 from __future__ import annotations
 
 import copy
+import inspect
 import io
+import types
 import warnings
 
 import pytest
@@ -15,6 +17,9 @@ from specfx import Policy
 
 transformers = pytest.importorskip("transformers")
 POLICY = Policy(iter=True, bool=True)
+# the keyword a cache is passed in by: transformers 5.24 renamed past_key_values to cache
+# (the old name warns); outputs answer to both names
+CACHE_ARG = "cache" if "cache" in inspect.signature(transformers.LlamaModel.forward).parameters else "past_key_values"
 
 
 def batch(rows, length, padding, seed=0):
@@ -109,11 +114,11 @@ class TestCachesIn:
         step = one_token_step(CALIBRATION)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", specfx.SpecializationWarning)  # the step's length 1
-            gm = specfx.trace(llama, example_kwargs={**step, "past_key_values": copy.deepcopy(cache)}, policy=POLICY)
+            gm = specfx.trace(llama, example_kwargs={**step, CACHE_ARG: copy.deepcopy(cache)}, policy=POLICY)
         assert cache.get_seq_length() == 8  # the example was copied: the trace wrote nothing of the user's
         mine, eager = copy.deepcopy(cache), copy.deepcopy(cache)
-        out = gm(**step, past_key_values=mine)
-        expected = llama(**step, past_key_values=eager)
+        out = gm(**step, **{CACHE_ARG: mine})
+        expected = llama(**step, **{CACHE_ARG: eager})
         torch.testing.assert_close(out.last_hidden_state, expected.last_hidden_state)
         assert out.past_key_values is mine and mine.get_seq_length() == 9
         assert_same_cache(mine, eager)
@@ -124,24 +129,24 @@ class TestCachesIn:
         step = one_token_step(CALIBRATION)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", specfx.SpecializationWarning)
-            gm = specfx.trace(llama, example_kwargs={**step, "past_key_values": copy.deepcopy(cache)}, policy=POLICY)
+            gm = specfx.trace(llama, example_kwargs={**step, CACHE_ARG: copy.deepcopy(cache)}, policy=POLICY)
         other = BATCHES[1]
         with torch.no_grad():
             other_cache = llama(**other).past_key_values
         other_step = one_token_step(other, seed=4)
         mine, eager = copy.deepcopy(other_cache), copy.deepcopy(other_cache)
-        torch.testing.assert_close(gm(**other_step, past_key_values=mine).last_hidden_state,
-                                   llama(**other_step, past_key_values=eager).last_hidden_state)
+        torch.testing.assert_close(gm(**other_step, **{CACHE_ARG: mine}).last_hidden_state,
+                                   llama(**other_step, **{CACHE_ARG: eager}).last_hidden_state)
         assert_same_cache(mine, eager)
 
     def test_static_cache_is_filled_in_place(self, llama):
         def fresh():
             return transformers.StaticCache(config=llama.config, max_cache_len=16)
 
-        gm = specfx.trace(llama, example_kwargs={**CALIBRATION, "past_key_values": fresh()}, policy=POLICY)
+        gm = specfx.trace(llama, example_kwargs={**CALIBRATION, CACHE_ARG: fresh()}, policy=POLICY)
         mine, eager = fresh(), fresh()
-        out = gm(**CALIBRATION, past_key_values=mine)
-        expected = llama(**CALIBRATION, past_key_values=eager)
+        out = gm(**CALIBRATION, **{CACHE_ARG: mine})
+        expected = llama(**CALIBRATION, **{CACHE_ARG: eager})
         torch.testing.assert_close(out.last_hidden_state, expected.last_hidden_state)
         assert out.past_key_values is mine
         assert_same_cache(mine, eager)
@@ -153,7 +158,7 @@ class _EmptyCacheModel(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.config = transformers.PretrainedConfig(use_cache=True)
+        self.config = types.SimpleNamespace(use_cache=True)  # (transformers 5's base config keeps no use_cache)
 
     def outputs(self, x, use_cache):
         return {"out": x * 2, "past_key_values": transformers.DynamicCache() if use_cache else None}

@@ -35,6 +35,26 @@ class Decorated(nn.Module):
         return y if mask is None else y * mask
 
 
+def renamed_keyword(forward):
+    """As transformers' deprecate_kwarg: the old name is moved to the new one, unless the call
+    gives both (then the new one wins and the old is dropped)."""
+
+    @functools.wraps(forward)
+    def wrapper(self, *args, **kwargs):
+        if "past" in kwargs:
+            old = kwargs.pop("past")
+            kwargs.setdefault("cache", old)
+        return forward(self, *args, **kwargs)
+
+    return wrapper
+
+
+class RenamedKeyword(nn.Module):
+    @renamed_keyword
+    def forward(self, x, cache=None, flag=False, **kwargs):
+        return x if cache is None else x + cache
+
+
 class TestDecoratedForward:
     def test_wrapper_runs_with_the_real_signature(self):
         """A functools.wraps forward is traced through its wrapper: the wrapper's keyword reaches the code."""
@@ -50,6 +70,19 @@ class TestDecoratedForward:
         torch.testing.assert_close(gm(torch.ones(2)), torch.full((2,), 3.0))
         with pytest.raises(GuardError):
             gm(torch.ones(2), mask=torch.ones(2))
+
+    def test_parameters_the_examples_leave_out_are_left_out_of_the_call(self):
+        """The graph calls forward with what the examples give, as eager is called: a wrapper that
+        reads **kwargs sees no `cache=None` the user never passed (it made the old name lose,
+        and the graph ignored the input eager uses)."""
+        model = RenamedKeyword()
+        x, past = torch.randn(2, 3), torch.randn(2, 3)
+        gm = specfx.trace(model, example_kwargs={"x": x, "past": past})
+        other, other_past = torch.randn(4, 3), torch.randn(4, 3)
+        torch.testing.assert_close(gm(x=other, past=other_past), model(other, past=other_past))
+        torch.testing.assert_close(gm(x=x, past=past), x + past)
+        with pytest.raises(GuardError):  # the left-out `flag` is still guarded at its default
+            gm(x=other, past=other_past, flag=True)
 
     def test_symbolic_trace_without_examples(self):
         """Without examples the decorated root traces as torch.fx traces an undecorated one: every

@@ -145,6 +145,59 @@ class TestTextMessages:
             gm(torch.tensor([[7, 7, 1]]), torch.zeros(1, 3, 3), torch.ones(1, 3, 3))
 
 
+class TestMessagesKeptInANameFirst:
+    """Library code builds the message first and raises or warns later (transformers'
+    deprecate_kwarg: `message = f"... {kwargs[new_name]} ..."`, then `if message is not None`,
+    `raise ValueError(message)` or `warnings.warn(message)`): every use of the name feeds a
+    message, so the formatting is free too."""
+
+    def test_assert_message_in_a_name_is_built_at_run_time(self):
+        def f(x):
+            message = f"rows: {x.shape[0]}"
+            message = message + " (three columns expected)"
+            torch._assert(x.shape[1] == 3, message)
+            return x * 2
+
+        gm = specfx.trace(f, torch.ones(2, 3))
+        assert kinds(gm) == []
+        torch.testing.assert_close(gm(torch.ones(5, 3)), f(torch.ones(5, 3)))
+        with pytest.raises(AssertionError) as eager:
+            f(torch.ones(4, 4))
+        with pytest.raises(AssertionError) as graph:
+            gm(torch.ones(4, 4))
+        assert str(graph.value) == str(eager.value) == "rows: 4 (three columns expected)"
+
+    def test_deprecation_message_of_an_object_input(self):
+        """The formatted value is an object passed in (a cache): no flag, and the graph equals eager."""
+        class Store:
+            def __init__(self, t):
+                self.t = t
+
+            def __repr__(self):
+                return f"Store({tuple(self.t.shape)})"
+
+        def renamed(fn):
+            def wrapped(x, **kwargs):
+                message = None
+                if "old" in kwargs and "new" in kwargs:
+                    message = f"Both set: using new={kwargs['new']}, ignoring old={kwargs['old']}."
+                    kwargs.pop("old")
+                if message is not None:
+                    warnings.warn(message, FutureWarning, stacklevel=2)
+                return fn(x, **kwargs)
+            return wrapped
+
+        @renamed
+        def f(x, new=None, old=None):
+            return x + new.t
+
+        store = Store(torch.ones(3))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            gm = specfx.trace(f, (torch.zeros(3),), {"new": store, "old": store})
+            torch.testing.assert_close(gm(torch.ones(3), new=store, old=store), f(torch.ones(3), new=store, old=store))
+
+
 class TestStillDecisions:
     def test_compared_text_is_a_decision(self):
         def f(x):
@@ -153,12 +206,13 @@ class TestStillDecisions:
         with pytest.raises(SpecializationError, match="formatting"):
             specfx.trace(f, torch.ones(2, 3))
 
-    def test_text_kept_in_a_name_is_a_decision(self):
-        """Text stored in a variable may be used for anything later: a decision, as before."""
+    def test_text_kept_in_a_name_and_used_otherwise_is_a_decision(self):
+        """Text stored in a variable that is also used for something else (returned, compared):
+        a decision, as before."""
         def f(x):
             message = f"rows: {x.shape[0]}"
             torch._assert(x.shape[1] == 3, message)
-            return x
+            return x, message
 
         with pytest.raises(SpecializationError, match="formatting"):
             specfx.trace(f, torch.ones(2, 3))

@@ -27,7 +27,7 @@ from torch.fx._symbolic_trace import _assert_is_none
 from .bytecode import CALL_FORMS, Attribute, _effect, _instructions, _site, _step, _Unanalyzable, simulate
 from .type_reads import _ABSENT, _resolve
 
-__all__ = ["GRAPH", "STORED", "TEXT", "message_sink", "only_stored", "resolve_described", "value_consumers"]
+__all__ = ["GRAPH", "TEXT", "message_sink", "only_stored", "resolve_described", "value_consumers"]
 
 GRAPH = "graph"  # the sink is recorded in the graph (torch._assert): the text may be built at run time
 TEXT = "text"  # the sink runs at trace time only (an exception, a warning, a log line)
@@ -44,13 +44,25 @@ _FOLLOWED = _Text()
 
 
 class _Stored:
-    """The consumer recorded when the followed value is stored into a local name."""
+    """The consumer recorded when the followed value is stored into a local name (``None``:
+    a fused store whose name specfx does not single out)."""
+
+    def __init__(self, name: Optional[str]) -> None:
+        self.name = name
 
     def __repr__(self) -> str:
-        return "<stored in a local name>"
+        return f"<stored in {self.name}>"
 
 
-STORED = _Stored()
+class _Dropped:
+    """The consumer recorded when the text is only tested for identity (``message is not None``)."""
+
+    def __repr__(self) -> str:
+        return "<identity test>"
+
+
+_DROPPED = _Dropped()
+_NAME_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW", "LOAD_NAME"})
 _NAME_STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_DEREF", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST"})
 # Instructions whose result is built from the text (and so is text too).
 _BUILDING = frozenset({"BUILD_STRING", "FORMAT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "CONVERT_VALUE",
@@ -97,6 +109,8 @@ def _follow(listing: List[dis.Instruction], index: int, stack: List[Any], keywor
         held = [i for i, entry in enumerate(stack) if entry is _FOLLOWED]
         if not held:
             return tuple(consumers) or None
+        if inst.opname.endswith(("_IF_NONE", "_IF_NOT_NONE")) and held == [len(stack) - 1]:
+            return tuple(consumers) + (_DROPPED,)  # `if message is not None:` (3.11-3.13's fused jump)
         if inst.opcode in dis.hasjrel or inst.opcode in dis.hasjabs or inst.opname.startswith(("RETURN", "RAISE")):
             return None  # a branch or an exit with the text still on the stack: not followed
         site = _site(inst, stack, keywords, CALL_FORMS)
@@ -111,7 +125,10 @@ def _follow(listing: List[dis.Instruction], index: int, stack: List[Any], keywor
                 return None
             consumers.append(site.callable)
         elif inst.opname in _NAME_STORES and stack and stack[-1] is _FOLLOWED:
-            consumers.append(STORED)  # `n = x.shape[0]`: the name holds it from here on
+            # `n = x.shape[0]`: the name holds it from here on
+            consumers.append(_Stored(inst.argval if type(inst.argval) is str else None))
+        elif inst.opname == "IS_OP":
+            consumers.append(_DROPPED)  # `message is not None` reads nothing of the text
         elif inst.opname in _BUILDING or inst.opname in _DERIVING:
             after[-1] = _FOLLOWED
         else:
@@ -124,12 +141,68 @@ def value_consumers(frame: types.FrameType) -> Optional[Tuple[Any, ...]]:
     """The callables (as the bytecode describes them: resolve them with
     :func:`resolve_described`) that receive the value ``frame``'s current instruction makes,
     directly or inside a tuple, list or string built from it; None if it goes anywhere else."""
-    key = (frame.f_code, frame.f_lasti)
+    return _cached(frame.f_code, frame.f_lasti)
+
+
+def _cached(code: types.CodeType, offset: int) -> Optional[Tuple[Any, ...]]:
+    key = (code, offset)
     try:
         return _CONSUMERS[key]
     except KeyError:
-        found = _CONSUMERS[key] = _consumers(frame.f_code, frame.f_lasti)
+        found = _CONSUMERS[key] = _consumers(code, offset)
         return found
+
+
+def _name_loads(code: types.CodeType, name: str) -> Optional[List[int]]:
+    """The offsets of every plain load of local ``name`` in ``code``; None where a load of it
+    cannot be followed alone (a closure cell, a fused or clearing load)."""
+    if name in code.co_cellvars or name in code.co_freevars:
+        return None
+    listing, _ = _instructions(code)
+    offsets = []
+    for inst in listing:
+        if inst.opname in _NAME_LOADS and inst.argval == name:
+            offsets.append(inst.offset)
+        elif inst.opname.startswith("LOAD_FAST") and inst.argval != name and name in (
+                inst.argval if type(inst.argval) is tuple else ()):
+            return None
+        elif inst.opname == "LOAD_FAST_AND_CLEAR" and inst.argval == name:
+            return None
+    return offsets
+
+
+def _text_consumers(frame: types.FrameType) -> Tuple[Optional[Tuple[Any, ...]], bool]:
+    """The consumers of the text ``frame``'s current instruction makes, following it through
+    the local names it is stored in (``message = f"..."`` then ``raise ValueError(message)``,
+    ``warnings.warn(message)``); and whether a name was followed."""
+    consumers = value_consumers(frame)
+    if consumers is None:
+        return None, False
+    code = frame.f_code
+    found: List[Any] = []
+    followed: set = set()
+    pending = list(consumers)
+    while pending:
+        described = pending.pop()
+        if described is _DROPPED:
+            continue
+        if type(described) is not _Stored:
+            found.append(described)
+            continue
+        if described.name is None:
+            return None, True
+        if described.name in followed:
+            continue
+        followed.add(described.name)
+        loads = _name_loads(code, described.name)
+        if loads is None or len(followed) > 8:
+            return None, True
+        for offset in loads:
+            more = _cached(code, offset)
+            if more is None:
+                return None, True
+            pending.extend(more)
+    return (tuple(found) or None), bool(followed)
 
 
 def only_stored(frame: types.FrameType) -> bool:
@@ -149,7 +222,7 @@ def only_stored(frame: types.FrameType) -> bool:
     (True, True, False)
     """
     consumers = value_consumers(frame)
-    return consumers is not None and all(described is STORED for described in consumers)
+    return consumers is not None and all(type(described) is _Stored for described in consumers)
 
 
 def resolve_described(described: Any, frame: types.FrameType) -> Any:
@@ -189,7 +262,7 @@ def message_sink(frame: types.FrameType) -> Optional[str]:
     """
     if frame.f_code is _LOG_RECORD_MESSAGE:  # `logger.warning("%s rows", n)`: logging formats it
         return TEXT
-    consumers = value_consumers(frame)
+    consumers, _ = _text_consumers(frame)
     if not consumers:
         return None
     kinds = set()

@@ -584,6 +584,15 @@ def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
             has_default = has_default or (defaulted and kind is not inspect.Parameter.KEYWORD_ONLY)
             rendered.append(parameter.name + text)
     names = [p.name for p in parameters]
+    # Parameters the examples leave at a default that the graph guards (None, a bool, a number,
+    # a string) are left out of the call, as the user's call leaves them out: a wrapper that
+    # reads **kwargs (transformers' deprecate_kwarg: "both `past_key_values` and `cache` are
+    # set") sees the call eager sees. (A tensor default stays passed: it is an input.)
+    omitted = frozenset() if examples is None else frozenset(
+        p.name for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        and p.default is not inspect.Parameter.empty and p.name not in examples
+        and (p.default is None or isinstance(p.default, BAKED_TYPES)))
     in_spec = pytree.TreeSpec(dict, names, children)
     codegen = StructuredCodeGen(in_spec, ", ".join(rendered), "" if examples is not None else None, needed)
     tracer.graph._codegen = codegen
@@ -657,7 +666,7 @@ def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
             elif parameter.kind is inspect.Parameter.POSITIONAL_ONLY or (
                     (varargs or by_position) and parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD):
                 positional.append(value)
-            else:
+            elif parameter.name not in omitted:
                 keywords[parameter.name] = value
         tracer.entering_root(root_fn, (root, *positional) if is_module else tuple(positional), keywords)
         # (a graph cannot write to its caller's lists and dicts: the tracer refuses such writes)
