@@ -18,6 +18,8 @@ Usage::
 
     python -m tools.peers.fx_tests /path/to/test_fx.py               # TestFX under specfx
     python -m tools.peers.fx_tests /path/to/test_fx.py --baseline    # stock torch.fx, for comparison
+    python -m tools.peers.fx_tests /path/to/test_fx.py --examples    # checkGraphModule traces with
+                                                                     # its inputs as example inputs
     python -m tools.peers.fx_tests /path/to/test_fx.py -k pickle -v  # only tests whose name contains
                                                                      # "pickle", with full tracebacks
 
@@ -79,6 +81,16 @@ def rebind(module: types.ModuleType) -> None:
     for name, value in (("Tracer", specfx.SpecTracer), ("symbolic_trace", symbolic_trace)):
         if name in vars(module):
             setattr(module, name, value)
+
+
+def check_with_examples(self: Any, m: Any, args: Any, kwargs: Optional[Dict[str, Any]] = None) -> None:
+    """``TestFX.checkGraphModule`` with example inputs: the module is traced by ``specfx.trace``
+    on the very inputs the test then calls it with, and the graph must give the module's result."""
+    kwargs = kwargs or {}
+    expected = m(*args, **kwargs)
+    gm = specfx.trace(m, tuple(args), kwargs or None)
+    gm.graph.lint()
+    self.assertEqual(expected, gm(*args, **kwargs))
 
 
 def uninstall() -> None:
@@ -149,8 +161,10 @@ def _name(test: unittest.TestCase) -> str:
 
 
 def run(test_file: str, class_name: str = "TestFX", pattern: Optional[str] = None,
-        baseline: bool = False, verbose: bool = False) -> _Result:
-    """Run ``class_name`` of ``test_file``; print and return the outcomes."""
+        baseline: bool = False, verbose: bool = False, examples: bool = False) -> _Result:
+    """Run ``class_name`` of ``test_file``; print and return the outcomes. ``examples``: the
+    tests that check a module against its graph on given inputs (``checkGraphModule``) trace
+    it with those inputs as examples."""
     if not baseline:
         install()
     module = load_test_module(test_file)
@@ -159,13 +173,16 @@ def run(test_file: str, class_name: str = "TestFX", pattern: Optional[str] = Non
     case = getattr(module, class_name, None)
     if not (isinstance(case, type) and issubclass(case, unittest.TestCase)):
         raise SystemExit(f"fx_compat: {test_file} has no test class {class_name}")
+    if examples and not baseline and hasattr(case, "checkGraphModule"):
+        case.checkGraphModule = check_with_examples
     tests = [t for t in unittest.TestLoader().loadTestsFromTestCase(case)
              if pattern is None or pattern in _name(t)]
     result = _Result(test_file)
     unittest.TestSuite(tests).run(result)
 
     tracer = ("stock torch.fx" if baseline
-              else f"specfx {specfx.__version__} as torch.fx.Tracer/symbolic_trace")
+              else f"specfx {specfx.__version__} as torch.fx.Tracer/symbolic_trace"
+              + (", checkGraphModule with example inputs" if examples else ""))
     failures = sum(1 for p in result.problems if p[0] == "FAIL")
     errors = sum(1 for p in result.problems if p[0] == "ERROR")
     print(f"fx_compat: {class_name} from {test_file} with {tracer} (torch {torch.__version__})")
@@ -189,9 +206,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="test class to run (default TestFX)")
     parser.add_argument("-k", dest="pattern", help="only tests whose name contains this text")
     parser.add_argument("--baseline", action="store_true", help="run with stock torch.fx (no patching)")
+    parser.add_argument("--examples", action="store_true",
+                        help="checkGraphModule traces with its inputs as example inputs (specfx.trace(m, args, kwargs))")
     parser.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks and skip reasons")
     args = parser.parse_args(argv)
-    result = run(args.test_file, args.class_name, args.pattern, args.baseline, args.verbose)
+    result = run(args.test_file, args.class_name, args.pattern, args.baseline, args.verbose, args.examples)
     return 0 if result.wasSuccessful() else 1
 
 
