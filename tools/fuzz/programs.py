@@ -717,8 +717,8 @@ def _shape_math(w: Writer, ctx: Context) -> None:
         _emit_decision(w, ctx, "h = h.reshape(h.shape[0], h.shape[1], -1)",
                        lambda t: f"h = h.reshape(R.size({t}, h, 0), R.size({t}, h, 1), -1)")
     elif form == "mul":
-        _emit_decision(w, ctx, "h = h * (h.size(1) % 3 + 1)",
-                       lambda t: f"h = h * (R.size({t}, h, 1) % 3 + 1)")
+        # the size is computed into a value stored in `h`: read when the graph runs, under SHAPES too
+        w.both("h = h * (h.size(1) % 3 + 1)")
     elif form == "catcol":
         w.both("h = torch.cat([h, h[:, :1]], dim=1)")
     elif form == "int_size":
