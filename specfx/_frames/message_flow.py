@@ -68,7 +68,7 @@ _NAME_STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_DEREF", "STORE_FAST
 _BUILDING = frozenset({"BUILD_STRING", "FORMAT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "CONVERT_VALUE",
                        "BUILD_TUPLE", "LIST_APPEND", "BUILD_LIST", "LIST_TO_TUPLE"})
 # Instructions whose result is computed from the text's value (`{h // p}`, `{x.shape[2]}`).
-_DERIVING = frozenset({"BINARY_OP", "BINARY_SUBSCR", "UNARY_NEGATIVE", "LOAD_ATTR"})
+_DERIVING = frozenset({"BINARY_OP", "BINARY_SUBSCR", "BINARY_SLICE", "UNARY_NEGATIVE", "LOAD_ATTR"})
 _LOG_RECORD_MESSAGE = logging.LogRecord.getMessage.__code__
 _STEPS = 400  # a message is built in one statement: give up after this many instructions
 _CONSUMERS: Dict[Tuple[types.CodeType, int], Optional[Tuple[Any, ...]]] = {}
