@@ -16,6 +16,8 @@ from specfx import SpecializationError
 
 from .oracles import assert_same_gradients
 
+from torch.autograd import grad as held_grad  # (bound before any trace)
+
 
 class RoundSTE(torch.autograd.Function):
     """Straight-through rounding, as in every QAT fake-quantizer: round forward, identity backward."""
@@ -282,6 +284,17 @@ class TestGradientsInForward:
         assert "torch.autograd.grad" in gm.code
         assert model.lin.weight.grad is None and example.grad is None  # the trace took no gradient into them
         assert_same_gradients(model, gm, (randn(4, 3, grad=True),), model)
+
+    def test_autograd_grad_held_by_name_is_a_graph_call_too(self):
+        """`from torch.autograd import grad` binds the function before the trace: caught all the same."""
+
+        def force(x):
+            (g,) = held_grad((x * x * x).sum(), x, create_graph=True)
+            return g
+
+        gm = specfx.trace(force, randn(3, grad=True))
+        assert "torch.autograd.grad" in gm.code
+        assert_same_gradients(force, gm, (randn(3, grad=True),))
 
     @pytest.mark.parametrize("hook", ["lambda", "method", "module_function"])
     def test_register_hook_in_forward_is_registered_by_the_graph(self, hook):

@@ -74,22 +74,26 @@ def install(tracer: TraceSession) -> None:
 
     _patches.patch_calls(torch.autograd.Function.__dict__["apply"].__func__, apply)
 
-    def grad(*args: Any, **kwargs: Any) -> Any:
+    # (caught however they are held: `from torch.autograd import grad` binds the function early)
+    differentiate: Any = torch.autograd.grad
+    accumulate: Any = torch.autograd.backward
+
+    def grad(original: Any, *args: Any, **kwargs: Any) -> Any:
         if tracer.records_factories() and _has_proxy(args, kwargs):
-            return tracer.create_proxy("call_function", _patches.previous(torch.autograd, "grad"), args, kwargs)
-        return _patches.previous(torch.autograd, "grad")(*args, **kwargs)
+            return tracer.create_proxy("call_function", differentiate, args, kwargs)
+        return original(*args, **kwargs)
 
-    _patches.patch(torch.autograd, "grad", grad)
+    _patches.patch_calls(differentiate, grad)
 
-    def backward(*args: Any, **kwargs: Any) -> Any:
+    def backward(original: Any, *args: Any, **kwargs: Any) -> Any:
         if tracer.records_factories() and _has_proxy(args, kwargs):
             location = user_location()
             tracer.refuse(SpecializationError(backward_in_forward("torch.autograd.backward()", location),
                                               operation="torch.autograd.backward()",
                                               location=str(location) if location else None))
-        return _patches.previous(torch.autograd, "backward")(*args, **kwargs)
+        return original(*args, **kwargs)
 
-    _patches.patch(torch.autograd, "backward", backward)
+    _patches.patch_calls(accumulate, backward)
 
 
 def _record(tracer: TraceSession, cls: type, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:

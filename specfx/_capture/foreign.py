@@ -69,17 +69,18 @@ class ForeignModules:
         ``torch.func.functional_call`` on traced values one graph call."""
         for method in ("register_parameter", "register_buffer"):
             _patches.patch(torch.nn.Module, method, self._noting(method))
-        for owner in (torch.func, torch.nn.utils.stateless):
-            _patches.patch(owner, "functional_call", self._functional_call(owner))
+        # (caught however it is held: `from torch.func import functional_call` binds it early)
+        functions: Any = (torch.func.functional_call, torch.nn.utils.stateless.functional_call)
+        for function in functions:
+            _patches.patch_calls(function, self._functional_call(function))
 
-    def _functional_call(self, owner: Any) -> Any:
+    def _functional_call(self, target: Any) -> Any:
         """``torch.func.functional_call(module, tensors, args)`` with traced values: one graph call
         of it, on the module by its name in the graph (eager swaps the module's tensors for the
         given ones, runs it, and puts them back: the graph does the same on the run-time tensors)."""
         tracer = self._tracer
 
-        def functional_call(module: Any, *args: Any, **kwargs: Any) -> Any:
-            original = _patches.previous(owner, "functional_call")
+        def functional_call(original: Any, module: Any, *args: Any, **kwargs: Any) -> Any:
             if not tracer.records_factories() or not isinstance(module, torch.nn.Module) or not any(
                     isinstance(a, torch.fx.Proxy) for a in torch.utils._pytree.tree_leaves((args, kwargs))):
                 return original(module, *args, **kwargs)
@@ -87,7 +88,7 @@ class ForeignModules:
             module_proxy = tracer.create_proxy("get_attr", path if path else self.name(module), (), {})
             if args and isinstance(args[0], dict):  # (a node's dict arguments are immutable: functional_call
                 args = (tracer.create_proxy("call_function", dict, (args[0],), {}), *args[1:])  # writes to it)
-            return tracer.create_proxy("call_function", original, (module_proxy, *args), kwargs)
+            return tracer.create_proxy("call_function", target, (module_proxy, *args), kwargs)
 
         functional_call.__name__ = "functional_call"
         return functional_call
