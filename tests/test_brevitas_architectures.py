@@ -58,7 +58,7 @@ def guard_names(graph) -> list:
             if node.op == "call_function" and node.target.__name__.startswith("guard_")]
 
 
-@pytest.mark.parametrize("family", ["resnet", "densenet", "mobilenet_v3"])
+@pytest.mark.parametrize("family", ["resnet", "densenet", "mobilenet_v3", "vit"])
 def test_vision_family_matches_value_trace(family):
     """The specfx graph through the unchanged recipe (Brevitas re-traces it) quantizes as
     closely as value_trace's graph; ResNet's also through to_brevitas_graph (trace_model=False)."""

@@ -357,6 +357,31 @@ class TestIdentity:
             gm((torch.ones(2), torch.ones(2)))
 
 
+    @pytest.mark.parametrize("reads_weights", [False, True])
+    def test_a_none_the_unpacking_discards_decides_nothing(self, reads_weights):
+        """`out, _ = attention(...)`: the None weights, never read, get no node and no guard
+        (graph passes would take the guard for a use of them); read, they stay guarded."""
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.attention = nn.MultiheadAttention(8, 2, batch_first=True)
+
+            def forward(self, x):
+                if reads_weights:
+                    out, weights = self.attention(x, x, x, need_weights=False)
+                    return out if weights is None else out + weights.mean()
+                out, _ = self.attention(x, x, x, need_weights=False)
+                return out
+
+        model, x = Block().eval(), torch.randn(2, 5, 8)
+        gm = specfx.trace(model, x)
+        assert ("is_none" in kinds(gm)) is reads_weights
+        assert ("getitem_1" in gm.code) is reads_weights
+        assert kinds(gm).count("unpack") == 1
+        assert torch.equal(gm(x * 2), model(x * 2))
+
+
 class TestTypes:
     def test_dtype_and_device_are_guarded_values(self):
         """x.dtype / x.device / is_floating_point() are values (torch.finfo works) and guarded;

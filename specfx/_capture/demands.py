@@ -26,7 +26,7 @@ from torch.fx.node import Node
 from torch.fx.proxy import Proxy
 
 from .._policy import messages as _messages
-from .._frames.bytecode import constant_subscript_next, unpack_count, unpacked_next
+from .._frames.bytecode import constant_subscript_next, unpack_count, unpack_discards, unpacked_next
 from .._frames.bytecode import Attribute
 from .._frames.message_flow import GRAPH, message_sink, only_stored, resolve_described, value_consumers
 from .._graph.message_text import placeholder
@@ -210,7 +210,8 @@ class ValueDemands:
         then it is the innermost frame of user code)."""
         if self._evaluating:
             raise Unevaluable()
-        count = unpack_count(frame if frame is not None else user_frame())
+        frame = frame if frame is not None else user_frame()
+        count = unpack_count(frame)
         value = value_of(obj)
         text = self.describe(obj)
         if value is MISSING:
@@ -227,7 +228,13 @@ class ValueDemands:
         self.decide(Decision(obj, kind, flag, length, (length,), f"len({text})",
                              f"iterating over `{text}` (a loop, *{text}, tuple() or list())",
                              key=(obj.node, "length")))
-        return (obj[i] for i in range(length))
+        if count is None:
+            return (obj[i] for i in range(length))
+        # A None that the unpacking discards (`out, _ = attention(x, x, x, need_weights=False)`)
+        # decides nothing: no node, no guard (a guard would be its one use, and graph passes that
+        # ask whether a module's output element is used, Brevitas' quantize, would quantize None).
+        discarded = unpack_discards(frame)
+        return (None if i in discarded and value[i] is None else obj[i] for i in range(length))
 
     def _iterate_mapping(self, proxy: ValueProxy, value: Any, mapping: Optional[ValueProxy]) -> Iterator[Any]:
         source = mapping if mapping is not None else proxy

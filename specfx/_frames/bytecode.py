@@ -18,6 +18,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 __all__ = ["FORMS", "Attribute", "BytecodeForms", "CallSite", "Handler", "MATCH_CLASS", "NOT_A_CALL", "Name",
            "attribute_read_line", "call_site_at", "call_sites", "clause_types", "constant_subscript_next",
            "exception_handlers", "forms_for", "has_exception_handlers", "instruction_at", "simulate", "store_line",
+           "unpack_discards",
            "unpacked_next"]
 
 
@@ -105,6 +106,55 @@ def unpack_count(frame: Optional[types.FrameType]) -> Optional[int]:
     if instruction is not None and instruction.opname == FORMS.unpack:
         return int(instruction.argval)
     return None
+
+
+# the store forms that name each unpacked value once; 3.13 pairs two stores in one instruction
+_PAIRED_LOCAL_STORES = frozenset({"STORE_FAST_STORE_FAST"})
+# a call of these reads every local by name
+_LOCALS_READERS = frozenset({"locals", "vars", "eval", "exec"})
+
+
+def unpack_discards(frame: Optional[types.FrameType]) -> frozenset:
+    """The positions of an unpacking (``out, _ = attention(x, x, x)``) whose value nothing reads:
+    stored to a local that the function never loads (nor a closure, nor ``locals()``), or
+    popped. Conservative: a position stored any other way (an attribute, an item, a nested
+    unpacking) counts as read, and so does every one after it.
+
+    >>> import sys
+    >>> class Pairs:
+    ...     def __iter__(self):  # called by the unpacking: its frame is one up
+    ...         return iter((unpack_discards(sys._getframe(1)), None))
+    >>> def f():
+    ...     kept, _ = Pairs()
+    ...     return kept
+    >>> sorted(f())
+    [1]
+    """
+    if frame is None:
+        return frozenset()
+    listing, position = _instructions(frame.f_code)
+    index = position.get(frame.f_lasti)
+    if index is None or listing[index].opname != FORMS.unpack:
+        return frozenset()
+    code = frame.f_code
+    if _LOCALS_READERS & set(code.co_names):
+        return frozenset()
+    read = {name for inst in _split_paired_loads(listing) if inst.opname in _LOCAL_LOADS
+            for name in (inst.argval if isinstance(inst.argval, tuple) else (inst.argval,))}
+    read |= set(code.co_cellvars)
+    targets: List[Optional[str]] = []  # per position: the local it goes to ("" popped), None: read
+    for inst in listing[index + 1:]:
+        if len(targets) >= int(listing[index].argval):
+            break
+        if inst.opname == "STORE_FAST":
+            targets.append(inst.argval)
+        elif inst.opname in _PAIRED_LOCAL_STORES and isinstance(inst.argval, tuple):
+            targets += list(inst.argval)
+        elif inst.opname == "POP_TOP":
+            targets.append("")
+        else:
+            break
+    return frozenset(i for i, name in enumerate(targets) if name is not None and name not in read)
 
 
 # -- exception handlers around an instruction (model code's try/except) -------------------------
