@@ -76,7 +76,10 @@ def to_brevitas_graph(gm: torch.fx.GraphModule) -> Any:
         raise TypeError(
             "to_brevitas_graph() cannot copy a graph whose inputs or outputs are packed by "
             f"{type(gm.graph._codegen).__name__} (Brevitas' copy of torch.fx has its own pytree types); "
-            "re-trace it with Brevitas instead: preprocess_for_quantize(gm) with its default trace_model=True"
+            "re-trace it with Brevitas instead: preprocess_for_quantize(gm) with its default trace_model=True, "
+            "or quantize its layers in place with brevitas.graph.quantize.layerwise_quantize(gm), which takes "
+            "the torch.fx graph as it is (the route for transformers models, whose graph quantize() cannot "
+            "take: it puts an input quantizer on every input, integer ids and inputs left at None included)"
         )
     graph = BrevitasGraph()
     copies: dict[torch.fx.Node, Any] = {}
