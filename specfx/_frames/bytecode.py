@@ -18,8 +18,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 __all__ = ["FORMS", "Attribute", "BytecodeForms", "CallSite", "Handler", "MATCH_CLASS", "NOT_A_CALL", "Name",
            "attribute_read_line", "call_site_at", "call_sites", "clause_types", "constant_subscript_next",
            "exception_handlers", "forms_for", "has_exception_handlers", "instruction_at", "simulate", "store_line",
-           "unpack_discards",
-           "unpacked_next"]
+           "unpack_discards", "unpacked_next"]
 
 
 class BytecodeForms(NamedTuple):
