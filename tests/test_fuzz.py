@@ -371,3 +371,18 @@ class TestPromiseGrammar:
         self._revert(monkeypatch, "builtins")
         reverted = promise.fuzz(self.N, seed=3, family="builtins")["counts"]["builtins"]
         assert reverted["refused"] > answered["refused"], (answered, reverted)
+
+
+class TestProbeOracle:
+    """The instrumented twin's bookkeeping, on fixed inputs (no hypothesis draws)."""
+
+    def test_two_empty_tuples_iterated_at_two_lines_are_two_decisions(self):
+        """``zip(parts, parts[1:])`` over one-element ``parts`` at two lines: both empty slices are
+        decided (the tracer records one per graph node), though CPython shares one ``()`` object."""
+        probe = programs.Probe(programs.PolicyPlan(frozenset(programs.FLAGS), annotations=False), {})
+        first, second = (torch.zeros(1),), (torch.ones(1),)
+        for line, parts in ((10, first), (19, second)):
+            list(zip(probe.iter(line, parts), probe.iter(line, parts[1:])))
+        facets = {(f.line, f.flag, f.value) for f in probe.facets}
+        iter_len = specfx.Specialize.ITER_LEN
+        assert facets == {(line, iter_len, programs.canonical(n)) for line in (10, 19) for n in (1, 0)}

@@ -233,8 +233,10 @@ class Probe:
 
     def _facet(self, line: int, flag: Specialize, kind: str, value: Any, subject: Any = None) -> None:
         # A tracer decides each property of a graph node once: the same eager object read
-        # twice (``len(parts)`` after ``for p in parts``) is one decision.
-        if subject is not None:
+        # twice (``len(parts)`` after ``for p in parts``) is one decision. The empty tuple is
+        # an exception: CPython shares one ``()`` object, so ``parts[1:]`` of two different
+        # one-element tuples is the same object though each is its own graph node and decision.
+        if subject is not None and not (type(subject) is tuple and not subject):
             key = (id(subject), kind)
             if key in self._seen:
                 return
