@@ -70,6 +70,13 @@ class Dropped(torch.nn.Module):
         return self.drop(self.linear(x))
 
 
+class Positive(torch.nn.Module):
+    """Branches on data: the example (ones) takes the branch, a random input does not."""
+
+    def forward(self, x):
+        return x * 2 if bool(x.min() > 0.99) else x
+
+
 def failing_factory():
     """A factory that raises while building the model."""
     raise ValueError("no such checkpoint: tiny.bin")
@@ -208,9 +215,44 @@ class TestCommands:
         assert torch.load(saved, weights_only=False).specializations[0].kind == "iter"
 
     def test_trace_refusal_exits_1(self, capsys):
-        """A refused specialization prints the explanation and exits 1."""
+        """A refused specialization prints the explanation on one line (what, the fix as an option, where, the
+        docs) and exits 1; --traceback raises it instead."""
         assert main(["trace", "tests.models:SplitCat", "--input", "randn(1, 4, 3, 3)"]) == 1
-        assert "specfx trace: SpecializationError: iterating over `x`" in capsys.readouterr().err
+        err = capsys.readouterr().err.splitlines()
+        assert err[0] == "tracing tests.models:SplitCat ..." and len(err) == 2
+        assert err[1].startswith("specfx trace: SpecializationError: iterating over `x`")
+        assert " Fix: pass --policy iter; " in err[1] and " at tests/models.py:" in err[1]
+        assert err[1].endswith(" (specfx docs: docs/errors.md#specializationerror)")
+        with pytest.raises(specfx.SpecializationError):
+            main(["trace", "tests.models:SplitCat", "--input", "randn(1, 4, 3, 3)", "--traceback"])
+
+    @pytest.mark.parametrize(
+        "argv, line",
+        [
+            (["trace", "m:f", "--check", "abc"],
+             "specfx trace: argument --check: invalid int value: 'abc' (`specfx trace --help` lists the options)"),
+            (["trace"], "specfx trace: the following arguments are required: MODULE:FACTORY (`specfx trace --help` "
+                        "lists the options)"),
+            (["trace", "m:f", "--polcy", "iter"],
+             "specfx trace: unrecognized arguments: --polcy iter; did you mean --policy? (`specfx trace --help` lists "
+             "the options)"),
+            (["demo", "--bogus"], "specfx demo: unrecognized arguments: --bogus (`specfx demo --help` lists the options)"),
+            (["explain"], "specfx explain: the following arguments are required: file (`specfx explain --help` lists "
+                          "the options)"),
+            (["coverage", "g.pt"], "specfx coverage: the following arguments are required: --batches (`specfx "
+                                   "coverage --help` lists the options)"),
+            (["frobnicate"], "specfx: argument COMMAND: invalid choice: 'frobnicate' (choose from 'demo', 'trace', "
+                             "'explain', 'coverage') (`specfx --help` lists the options)"),
+        ],
+    )
+    def test_argparse_errors_are_one_line_naming_the_command(self, argv, line, capsys):
+        """What argparse rejects is one line too (no usage block), named by the sub-command it belongs to."""
+        try:
+            code = main(argv)
+        except SystemExit as exit:
+            code = exit.code
+        assert code == 2
+        assert capsys.readouterr().err == line + "\n"
 
     def test_trace_function_with_kwargs(self, capsys):
         """--function traces the callable itself; --kwarg passes keyword inputs."""
@@ -322,7 +364,19 @@ class TestCommandLineSpeaksCommandLine:
         assert main(["trace", "tests.models:SplitCat", "--input", "randn(1, 4, 3, 3)", "--policy", "iter",
                      "--check-input", "randn(1, 6, 3, 3)"]) == 1
         err = capsys.readouterr().err
-        assert "TraceCheckError: check_inputs[0]: a guard failed" in err and "len(x) == 2" in err
+        assert "TraceCheckError: --check-input 'randn(1, 6, 3, 3)': a guard failed" in err and "len(x) == 2" in err
+        assert err.count("\n") == 2 and "check_inputs" not in err
+        assert ("Fix: check with inputs the graph is meant to cover; for inputs like this one, trace with such an "
+                "example (--input, --kwarg), or keep one graph per set of assumptions with "
+                "specfx.Specializer(model, policy) in Python.") in err
+
+    def test_random_check_input_is_named_by_its_option(self, capsys):
+        """A --check input that fails is named as such (which of N, random), not as check_inputs[i]."""
+        assert main(["trace", "tests.test_cli:Positive", "--input", "ones(8)", "--policy", "bool", "--check", "2",
+                     "--check-input", "ones(3)"]) == 1
+        err = capsys.readouterr().err.splitlines()[-1]
+        assert err.startswith("specfx trace: TraceCheckError: --check input 1 of 2 (random, the example's shapes): "
+                              "a guard failed")
 
     @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA build can make the tensor")
     def test_input_torch_cannot_make_is_one_line(self, capsys):

@@ -51,6 +51,26 @@ class TestCoverageCommand:
         assert main(["coverage", str(graph), "--batches", str(tmp_path / "missing.pt")]) == 2
         assert capsys.readouterr().err.startswith("specfx coverage: cannot read the batches in ")
 
+    def test_a_graph_or_a_foreign_file_as_batches_says_what_it_is(self, tmp_path, capsys):
+        """Files swapped (the graph given as batches) or not written by torch.save: one line saying so, in
+        specfx's words (never torch's weights-only essay or a KeyError), exit code 2."""
+        graph, text = tmp_path / "graph.pt", tmp_path / "notes.pt"
+        torch.save(specfx.trace(Flatten(), torch.ones(2, 3)), graph)
+        text.write_text("hello")
+        batches = _save_batches(tmp_path, [torch.ones(2, 3)])
+        assert main(["coverage", batches, "--batches", str(graph)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"specfx coverage: cannot read the batches in {graph}: it holds a saved graph (a "
+                              f"GraphModule, which names specfx.rebuild_graph_module), not tensors; a file of "
+                              f"batches holds tensors only (save a list of tensors") and err.count("\n") == 1
+        assert main(["trace", "tests.test_cli_calibration:Flatten", "--calibration", str(graph)]) == 2
+        assert "specfx trace: cannot read the batches in " in capsys.readouterr().err
+        assert main(["coverage", str(graph), "--batches", str(text)]) == 2
+        assert capsys.readouterr().err.startswith(f"specfx coverage: cannot read the batches in {text}: it is not "
+                                                  f"a file torch.save wrote (")
+        assert main(["coverage", str(text), "--batches", batches]) == 2
+        assert capsys.readouterr().err == f"specfx coverage: cannot load {text}: it is not a file torch.save wrote\n"
+
 
 class TestTraceCalibration:
     def test_one_graph_for_the_set(self, tmp_path, capsys):

@@ -385,7 +385,7 @@ def hooks_with_kwargs(class_name: str) -> str:
 
 def check_eager_raised(index: int, error: BaseException) -> str:
     """``check_inputs``: the eager model itself raised on one of the inputs."""
-    return f"check_inputs[{index}]: the eager model itself raised {type(error).__name__}: {error}"
+    return f"{spelling().check_input(index)}: the eager model itself raised {type(error).__name__}: {error}"
 
 
 def check_guard_failed(index: int, error: BaseException) -> str:
@@ -394,15 +394,15 @@ def check_guard_failed(index: int, error: BaseException) -> str:
     lines = str(error.args[0] if error.args else error).splitlines() or [""]
     facts = [lines[0], *itertools.takewhile(lambda line: line.startswith("  "), lines[1:])]
     return (
-        f"check_inputs[{index}]: a guard failed, so the graph does not cover this input:\n" + "\n".join(facts)
-        + "\nFix: check with inputs the graph is meant to cover; for inputs like this one, trace with such "
-        "an example, or let specfx.Specializer(model, policy) keep one graph per set of assumptions."
+        f"{spelling().check_input(index)}: a guard failed, so the graph does not cover this input:\n"
+        + "\n".join(facts) + f"\nFix: check with inputs the graph is meant to cover; for inputs like this one, "
+        f"{spelling().other_assumptions()}."
     )
 
 
 def check_outputs_differ(index: int, problem: str) -> str:
     """``check_inputs``: graph and eager returned different outputs."""
-    return f"check_inputs[{index}]: the traced graph's output differs from the eager model's: {problem}"
+    return f"{spelling().check_input(index)}: the traced graph's output differs from the eager model's: {problem}"
 
 
 def fit_variant_limit(index: int, limit: int, misses: Sequence[Tuple[int, str, str]]) -> str:

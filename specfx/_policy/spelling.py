@@ -53,6 +53,15 @@ class Spelling:
         """A trace with example inputs and a flag granted."""
         return f"specfx.trace(model, (example_input,), policy=Policy({keyword}=True))"
 
+    def check_input(self, index: int) -> str:
+        """One of the inputs a trace is checked on, by its position."""
+        return f"check_inputs[{index}]"
+
+    def other_assumptions(self) -> str:
+        """How to get a graph for inputs that need other decisions."""
+        return ("trace with such an example, or let specfx.Specializer(model, policy) keep one graph per set of "
+                "assumptions")
+
 
 _API = Spelling()
 _SPELLING: contextvars.ContextVar[Optional[Spelling]] = contextvars.ContextVar("specfx_spelling", default=None)

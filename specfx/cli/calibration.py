@@ -9,11 +9,13 @@ pair); it is read with ``weights_only=True``, so nothing in it runs.
 from __future__ import annotations
 
 import argparse
-import pickle
+import os
+import re
 import sys
+import zipfile
 from typing import Any, List
 
-__all__ = ["BatchesError", "add_calibration_commands", "calibration_set", "load_batches"]
+__all__ = ["BatchesError", "add_calibration_commands", "calibration_set", "load_batches", "unreadable"]
 
 
 class BatchesError(Exception):
@@ -26,13 +28,32 @@ def load_batches(path: str) -> List[Any]:
 
     try:
         batches = torch.load(path, weights_only=True)
-    except (OSError, RuntimeError, pickle.UnpicklingError, EOFError) as error:
+    except Exception as error:  # (torch's weights-only reader raises KeyError & co. on a file it did not write)
         raise BatchesError(
-            f"cannot read the batches in {path}: {str(error).strip().splitlines()[0]} (save a list of tensors, "
+            f"cannot read the batches in {path}: {unreadable(path, error)} (save a list of tensors, "
             f"tuples or dicts of tensors: torch.save([dict(batch) for batch in loader], {path!r}))") from None
     if not isinstance(batches, (list, tuple)) or not batches:
         raise BatchesError(f"{path} holds {type(batches).__name__}, not a non-empty list of batches")
     return list(batches)
+
+
+def unreadable(path: str, error: BaseException) -> str:
+    """Why ``torch.load`` could not read ``path``, in a few words: a saved graph where tensors
+    were expected, not a file torch.save wrote, or torch's first line."""
+    text = str(error)
+    unsupported = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+    if unsupported is not None:
+        name = unsupported.group(1)
+        if name.startswith(("specfx.", "torch.fx.")):
+            return (f"it holds a saved graph (a GraphModule, which names {name}), not tensors; a file of batches "
+                    f"holds tensors only")
+        return f"it holds a {name} object, not tensors; a file of batches holds tensors only"
+    if os.path.isfile(path) and not zipfile.is_zipfile(path):
+        with open(path, "rb") as handle:
+            if handle.read(2) != b"\x80\x02":  # (torch.save's legacy format starts with pickle protocol 2)
+                return "it is not a file torch.save wrote"
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(error).__name__}: {first}" if isinstance(error, (KeyError, ValueError, TypeError)) else first
 
 
 def _coverage(args: argparse.Namespace) -> int:
@@ -47,8 +68,8 @@ def _coverage(args: argparse.Namespace) -> int:
         return 2
     try:
         gm = torch.load(args.graph, weights_only=False)
-    except (OSError, RuntimeError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as error:
-        print(f"specfx coverage: cannot load {args.graph}: {str(error).strip().splitlines()[0]}", file=sys.stderr)
+    except Exception as error:
+        print(f"specfx coverage: cannot load {args.graph}: {unreadable(args.graph, error)}", file=sys.stderr)
         return 2
     try:
         with torch.no_grad():

@@ -2,8 +2,9 @@
 
 Reading the command line imports nothing heavy: ``--help`` and a bad argument answer at
 once, before torch is imported or the model is built. Every failure is one line on
-stderr and a non-zero exit code (2: the command line; 1: the trace), except a refusal,
-which prints specfx's explanation with its fix spelled as options.
+stderr and a non-zero exit code (2: the command line; 1: the trace), a refusal included
+(specfx's explanation on one line, its fix spelled as options); ``--traceback`` shows
+Python's traceback instead.
 
 >>> main(["--help"])  # doctest: +ELLIPSIS
 Traceback (most recent call last):
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 import pickle
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 from .calibration import add_calibration_commands
 from .inputs import UsageError, parse_input
@@ -84,9 +85,17 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line (argparse prints the usage block first),
+    naming the command and where the options are listed."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (one sub-command per job)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="specfx",
         description="A value-carrying torch.fx tracer: every baked-in decision is recorded, "
         "explained and guarded.",
@@ -151,10 +160,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra: Sequence[str]) -> str:
+    """``; did you mean --policy?`` for a mistyped option of ``command``."""
+    import difflib
+
+    options = [option for action in parser._actions for option in action.option_strings]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            options += [option for sub in action.choices[command]._actions for option in sub.option_strings]
+    guesses = [match for word in extra if word.startswith("--")
+               for match in difflib.get_close_matches(word.partition("=")[0], options, n=1)]
+    return f"; did you mean {', '.join(guesses)}?" if guesses else ""
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # (argparse reports them as the top command's, under its name)
+        command = f"{parser.prog} {args.command}" if args.command else parser.prog
+        print(f"{command}: unrecognized arguments: {' '.join(extra)}{_did_you_mean(parser, args.command, extra)} "
+              f"(`{command} --help` lists the options)", file=sys.stderr)
+        return 2
     if args.command is None:
         parser.print_help()
         return 2

@@ -5,7 +5,7 @@ The arguments are checked first (:func:`check_arguments`, which imports nothing 
 then the inputs are built (torch is imported), then the model, so that each mistake is
 reported before the slower steps run. Any failure after that is one line naming what
 failed and where (``--traceback`` shows Python's traceback instead); a refusal is
-specfx's explanation, its fix spelled as options (``--policy iter``, ``--scope``).
+specfx's explanation on one line, its fix spelled as options (``--policy iter``, ``--scope``).
 """
 
 from __future__ import annotations
@@ -19,21 +19,22 @@ import sys
 import time
 import traceback
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .._policy.policy import Policy, parse_flags
 from .._policy.spelling import Spelling, spelled
 from .calibration import BatchesError, calibration_set
 from .inputs import CheckedValue, UsageError, build, check_arguments as check_call, check_value
 
-__all__ = ["CommandLineSpelling", "check_arguments", "quiet_import_noise", "run"]
+__all__ = ["CommandLineSpelling", "check_arguments", "one_line", "quiet_import_noise", "run"]
 
 
 class CommandLineSpelling(Spelling):
     """The fixes as options of ``specfx trace``: ``--policy bool,iter``, ``--scope``."""
 
-    def __init__(self, policy: Optional[str]) -> None:
+    def __init__(self, policy: Optional[str], check: int = 0, check_inputs: Sequence[str] = ()) -> None:
         self._granted = [w.strip() for w in (policy or "").replace("|", ",").split(",") if w.strip()]
+        self._check, self._check_inputs = check, list(check_inputs)
 
     def grant(self, keyword: str) -> str:
         return f"pass --policy {','.join([*self._granted, keyword])}"
@@ -58,6 +59,19 @@ class CommandLineSpelling(Spelling):
 
     def example_call(self, keyword: str) -> str:
         return f"specfx trace MODULE:FACTORY --input EXPR --policy {keyword}"
+
+    def check_input(self, index: int) -> str:
+        # (the checks run in the order _check_entries builds them: --check's, then each --check-input)
+        if index < self._check:
+            return f"--check input {index + 1} of {self._check} (random, the example's shapes)"
+        given = index - self._check
+        if given < len(self._check_inputs):
+            return f"--check-input {self._check_inputs[given]!r}"
+        return super().check_input(index)
+
+    def other_assumptions(self) -> str:
+        return ("trace with such an example (--input, --kwarg), or keep one graph per set of assumptions with "
+                "specfx.Specializer(model, policy) in Python")
 
 
 def _name_and_value(item: str, option: str, example: str) -> Tuple[str, CheckedValue]:
@@ -176,6 +190,12 @@ def _where(error: BaseException) -> str:
     filename = os.path.relpath(frame.filename) if frame.filename.startswith(os.getcwd()) else frame.filename
     source = f": {frame.line.strip()}" if frame.line else ""
     return f" (at {filename}:{frame.lineno}{source})"
+
+
+def one_line(text: str) -> str:
+    """A multi-line message (what, the fix, where, the docs) as one line: a command's failure is
+    one line on stderr, whatever tool reads it."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _one_line(error: BaseException) -> str:
@@ -314,7 +334,8 @@ def _show_warning(message: Any, category: Any, filename: str, lineno: int, file:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``specfx trace`` on checked arguments (:func:`check_arguments`)."""
-    with quiet_import_noise(), spelled(CommandLineSpelling(args.policy)), warnings.catch_warnings():
+    words = CommandLineSpelling(args.policy, args.check, args.check_input)
+    with quiet_import_noise(), spelled(words), warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
             return _run(args)
@@ -357,7 +378,9 @@ def _run(args: argparse.Namespace) -> int:
                                policy=policy, concrete_args=concrete or None, guards=not args.no_guards,
                                check_inputs=checks, leaf_modules=leaves, calibration=calibration)
     except SpecfxError as error:
-        print(f"specfx trace: {type(error).__name__}: {error}", file=sys.stderr)
+        if args.traceback:
+            raise
+        print(f"specfx trace: {type(error).__name__}: {one_line(str(error))}", file=sys.stderr)
         return 1
     nodes = len(gm.graph.nodes)
     count = len(checks or ())
