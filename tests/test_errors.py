@@ -406,7 +406,8 @@ class TestFirstHourMistakes:
         with pytest.raises(TypeError) as caught:
             specfx.trace(Tiny(), [torch.randn(2, 4)])
         lines = str(caught.value).splitlines()
-        assert lines[0].startswith("the model failed on the example: TypeError: linear(): argument 'input'")
+        assert lines[0] == ("the model failed on the example: TypeError: linear(): argument 'input' (position 1) "
+                            "must be Tensor, not list")  # (not torch.fx's immutable_list, which the user never made)
         assert lines[1] == f"  at {THIS_FILE}:{line_of(Tiny.forward, 'return self.linear(x).relu()')}: " \
                            f"return self.linear(x).relu()"
         assert lines[2] == ("The example is a list (1 item(s) of type Tensor), and a list is passed as one argument, "
@@ -414,6 +415,41 @@ class TestFirstHourMistakes:
                             "specfx.trace(model, tuple(example)) (or, if forward takes a list, check what the list "
                             "holds)")
         assert isinstance(caught.value.__cause__, TypeError)
+
+    def test_type_reads_name_the_users_value(self):
+        """`torch.is_tensor(y)` and `isinstance(w, nn.Parameter)` name `y` and `w` (not torch's own parameter
+        names, `obj` and `instance`), in the records and in the guard's failure."""
+
+        def adds(x, y):
+            return x + y if torch.is_tensor(y) else x
+
+        def scales(x, w):
+            return x * w if isinstance(w, torch.nn.Parameter) else x
+
+        gm = specfx.trace(adds, (torch.ones(2), torch.ones(2)))
+        assert [s.expression for s in gm.specializations] == ["y"]
+        gm = specfx.trace(scales, (torch.ones(2), torch.nn.Parameter(torch.ones(2))))
+        assert [s.expression for s in gm.specializations] == ["w", "hasattr(w, '_is_param')"]
+        with pytest.raises(GuardError) as caught:
+            gm(torch.ones(2), torch.ones(2))
+        assert str(caught.value).startswith("specfx guard failed: the graph was traced assuming type(w) is "
+                                            "torch.nn.parameter.Parameter, but for this input type(w) is torch.Tensor.")
+
+    def test_torch_functions_are_named_as_called(self):
+        """A refusal names torch.cat as the code calls it, not by its __qualname__
+        (torch._VariableFunctionsClass.cat)."""
+
+        def concatenates(x):
+            try:
+                return torch.cat([x, torch.ones(3, 3)])
+            except RuntimeError:
+                return x
+
+        with pytest.raises(SpecializationError) as caught:
+            specfx.trace(concatenates, torch.ones(2))
+        assert str(caught.value).startswith("`torch.cat()` raised RuntimeError ('Tensors must have same number of "
+                                            "dimensions: got 1 and 2') on the example inputs and the model code "
+                                            "caught it")
 
     def test_list_of_two_positional_arguments(self):
         """A list for a forward of two parameters does not fit: the message says a list is one argument."""

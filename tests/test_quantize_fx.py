@@ -71,7 +71,7 @@ def quantized(request):
 class TestTransformers:
     def test_torch_prepare_fx_retraces_the_same_graph(self):
         """torch's own prepare_fx re-traces the graph (position_ids sliced by the traced
-        length records itself, issue 17): observers in, values unchanged, guards kept."""
+        length records itself): observers in, values unchanged, guards kept."""
         torch.manual_seed(0)
         model, example, policy = distilbert()
         gm = specfx.trace(model, (), example, policy=policy)
@@ -115,7 +115,7 @@ class TestTransformers:
             q(**{**example, "input_ids": None})
 
     def test_data_guard_fires_after_conversion(self):
-        """DistilBERT's one graph covers unpadded batches too (issue 12), also once quantized."""
+        """DistilBERT's one graph covers unpadded batches too, also once quantized."""
         torch.manual_seed(0)
         model, example, policy = distilbert()
         gm = specfx.trace(model, (), example, policy=policy)

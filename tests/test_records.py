@@ -1,5 +1,5 @@
 """A graph's records and guards survive any sequence of deepcopy, torch.save/torch.load,
-specfx.trace(gm) and torch.fx.symbolic_trace(gm) (issue 17)."""
+specfx.trace(gm) and torch.fx.symbolic_trace(gm)."""
 
 import copy
 import io

@@ -1,5 +1,5 @@
 """Re-tracing a specfx graph with any tracer (torch.fx.symbolic_trace, FX quantization,
-unpickling, specfx.trace) reproduces the same graph without asking for values (issue 17):
+unpickling, specfx.trace) reproduces the same graph without asking for values:
 buffers sliced by traced sizes, methods of buffers and factories given traced sizes
 record themselves as nodes."""
 

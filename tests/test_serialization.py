@@ -35,7 +35,7 @@ def ids(batch, length, pad=0):
 
 
 def encoder():
-    """DistilBERT traced with Policy(bool=True) on a padded batch (issue 17's report)."""
+    """DistilBERT traced with Policy(bool=True) on a padded batch (a reported case)."""
     model = transformers.DistilBertModel(transformers.DistilBertConfig(
         vocab_size=100, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64)).eval()
     example, other = ids(2, 8, pad=3), ids(3, 6, pad=2)

@@ -1,4 +1,4 @@
-"""Issue 10: every answer taken from an example is guarded or refused, class by class.
+"""Every answer taken from an example is guarded or refused, class by class.
 
 Each test traces a program of one class and checks the promise on inputs that agree
 and disagree with the example: the graph returns what eager returns, or raises

@@ -219,7 +219,7 @@ class TestThreads:
         assert sorted(v.specializations[0].value for v in spec.variants) == [2, 3, 4]
 
 
-# -- issue 11: retries repeat nothing, variants see the live model, options refused up front ----------
+# -- retries repeat nothing, variants see the live model, options refused up front ----------
 
 
 class AddsThenBranches(nn.Module):

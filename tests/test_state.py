@@ -376,7 +376,7 @@ class TestCheckInputs:
         assert torch.equal(model.counter, torch.zeros(4))
 
 
-# -- copy-on-write: the user's objects are never written (issue 11) -------------------------------
+# -- copy-on-write: the user's objects are never written -------------------------------------------
 
 
 class KeepsHistory(nn.Module):

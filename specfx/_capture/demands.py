@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import dataclasses
 import operator
+import sys
 import types
 from typing import Any, Callable, Dict, Iterator, NoReturn, Optional, Tuple, cast
 
@@ -37,7 +38,7 @@ from .factories import FACTORIES
 from .._policy.policy import Layer, Resolved, Specialize, resolve
 from .._policy.scope import current_layers
 from .._policy.spelling import spelling
-from .._frames.source import SourceLocation, user_frame, user_location
+from .._frames.source import SourceLocation, is_user_file, user_frame, user_location
 from .values import (
     MISSING,
     SCALAR_METHODS,
@@ -125,10 +126,11 @@ class ValueDemands:
             decision = dataclasses.replace(decision, flag=Specialize.SHAPES)
         self.decisions.decide(decision, resolved, self._module_path[-1] if self._module_path else "")
 
-    def describe(self, proxy: Any) -> str:
-        """``proxy``'s value in the user's terms: the name the user's code holds it
-        under, else the expression that computed it (``x.sum() > 0``)."""
-        frame = user_frame()
+    def describe(self, proxy: Any, frame: Optional[types.FrameType] = None) -> str:
+        """``proxy``'s value in the user's terms: the name the user's code (``frame``, else
+        the innermost frame outside specfx and torch.fx) holds it under, else the expression
+        that computed it (``x.sum() > 0``)."""
+        frame = frame or user_frame()
         local_names: Dict[Node, str] = {}
         for name, local in (frame.f_locals.items() if frame is not None else ()):
             if local is proxy:
@@ -136,7 +138,7 @@ class ValueDemands:
             if type(local) is ValueProxy:
                 local_names.setdefault(local.node, name)
         if type(proxy) is not ValueProxy:  # an attribute not yet materialized
-            return f"{self.describe(proxy.root)}.{proxy.attr}"
+            return f"{self.describe(proxy.root, frame)}.{proxy.attr}"
         return self.decisions.describe.name(proxy.node, 0, local_names)
 
     def _call(self, target: Callable[..., Any], *args: Any) -> ValueProxy:
@@ -413,7 +415,12 @@ class ValueDemands:
         that inputs lack it, or have it, too."""
         if name.startswith("__") or self._evaluating or not is_input_path(proxy.node):
             return
-        text = self.describe(proxy)
+        # (named where the model's code holds it: the asker may be torch's own code, such as
+        # nn.Parameter's isinstance check reading `instance._is_param`)
+        asker: Optional[types.FrameType] = sys._getframe(1)
+        while asker is not None and not is_user_file(asker.f_code.co_filename):
+            asker = asker.f_back
+        text = self.describe(proxy, asker)
         self.decide(Decision(proxy, GuardKind.HAS_ATTR, Specialize.NONE, present, (name, present),
                              f"hasattr({text}, {name!r})", f"`{text}.{name}`"))
 
@@ -541,7 +548,9 @@ class ValueDemands:
                 or self.decisions.decided((proxy.node, GuardKind.TYPE), proxy)):
             return
         location = SourceLocation(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-        text = self.describe(proxy)
+        # (named in the asking code: the innermost frame may be torch's, torch.is_tensor(obj) or
+        # nn.Parameter's __instancecheck__(self, instance), whose names mean nothing to the user)
+        text = self.describe(proxy, frame)
         name = type_name(value_of(proxy))  # the exact class: a Parameter, a list or a tuple, an int or a float
         self.decide(Decision(proxy, GuardKind.TYPE, Specialize.NONE, name, (name,), text,
                              f"isinstance() of `{text}`", key=(proxy.node, GuardKind.TYPE), location=location))

@@ -18,6 +18,7 @@ from torch.fx.node import map_aggregate
 from torch.fx.proxy import Proxy
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .._policy.describe import function_path
 from .values import MISSING, SHAPE_ATTRIBUTES, SHAPE_METHODS, ValueProxy, state_of, value_of
 
 try:  # the helper ShapeProp uses; fall back to shape/dtype only if a torch version lacks it
@@ -345,7 +346,7 @@ def proxies_in(args: Sequence[Any], kwargs: Dict[str, Any]) -> Iterator[ValuePro
 def _describe_target(target: Any) -> str:
     if isinstance(target, str):
         return target
-    return getattr(target, "__qualname__", getattr(target, "__name__", repr(target)))
+    return function_path(target)
 
 
 def tensor_meta(value: Any) -> Any:

@@ -59,6 +59,7 @@ from .held import reading_held_tensors
 from .python_draws import install as install_python_draws
 from .type_answers import TypeAnswers
 from .control_flow import install as install_cond
+from .._policy.describe import function_path
 from .._policy.policy import Layer, Policy, Specialize
 from .python_state import PythonState, install_cache_bypass, install_warnings, namespaces, store_location
 from .roots import (default_to_concrete_values, definition_line, optional_parameters,
@@ -952,7 +953,7 @@ def _describe_call(kind: str, target: Any) -> str:
         return f".{target}()"
     if kind == "call_module":
         return f"self.{target}(...)"
-    return f"{getattr(target, '__module__', '') or ''}.{getattr(target, '__qualname__', target)}()".lstrip(".")
+    return f"{function_path(target)}()"
 
 
 def _runs_user_code(kind: str, target: Any, leaf: Optional[torch.nn.Module]) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, Dict, Mapping, Tuple
 import torch
 from torch.fx.node import Node
 
-__all__ = ["Describer", "depends_on_text", "is_input_path"]
+__all__ = ["Describer", "depends_on_text", "function_path", "is_input_path"]
 
 _NO_NAMES: Mapping[Node, str] = MappingProxyType({})
 _LIMIT = 60  # longer expressions elide their inner parts
@@ -162,3 +162,22 @@ def _function_name(target: Any) -> str:
         if getattr(namespace, name, None) is target:
             return f"{prefix}.{name}"
     return name
+
+
+def function_path(target: Any) -> str:
+    """A function as the user's code calls it: ``torch.cat`` (not the
+    ``torch._VariableFunctionsClass.cat`` its ``__qualname__`` says), ``torch.nn.functional.relu``,
+    else ``module.qualname``.
+
+    >>> function_path(torch.cat), function_path(torch.nn.functional.relu), function_path(len)
+    ('torch.cat', 'torch.nn.functional.relu', 'builtins.len')
+    """
+    name = getattr(target, "__name__", None)
+    if name is None:
+        return repr(target)
+    for prefix, namespace in (("torch", torch), ("torch.nn.functional", torch.nn.functional),
+                              ("torch.linalg", torch.linalg), ("torch.special", torch.special),
+                              ("torch.fft", torch.fft)):
+        if getattr(namespace, name, None) is target:
+            return f"{prefix}.{name}"
+    return f"{getattr(target, '__module__', '') or ''}.{getattr(target, '__qualname__', name)}".lstrip(".")

@@ -7,6 +7,7 @@ pin, lives in one place.
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any, List, Optional, Sequence, Tuple
 
 from .describe import depends_on_text
@@ -15,7 +16,7 @@ from .spelling import spelling
 from .._frames.source import SourceLocation
 from ..errors import SpecializationError, compatible_error_class
 
-__all__ = ["GENERATOR_CONTROL_REFUSAL", "RNG_CONTROL_REFUSAL", "TENSOR_STATE", "attribute_write", "autograd_function_argument", "backward_in_forward", "calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "call_overridden", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "global_module_hooks", "guard_failure", "hook_holds_traced_value", "hooks_with_kwargs", "identity_of_traced_number", "input_container_writes", "keyword_batch_positional", "lazy_modules", "list_example_failed", "list_is_one_argument", "meta_error", "mode_changed", "model_changed", "model_class_given", "model_state_changes", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "python_state_changes", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "wrong_input_type"]
+__all__ = ["GENERATOR_CONTROL_REFUSAL", "RNG_CONTROL_REFUSAL", "TENSOR_STATE", "attribute_write", "autograd_function_argument", "backward_in_forward", "calibration_path_differs", "calibration_sizes_not_symbolic", "calibration_structure_differs", "call_overridden", "caught_error", "caught_error_failure", "caught_lost_by_retrace", "check_eager_raised", "check_guard_failed", "check_outputs_differ", "concrete_arg_mismatch", "degenerate_decisions", "denied_error", "describe_identity", "entry_structure_failure", "export_input_check_failure", "export_refused_data_branch", "exported_guard_failure", "fit_variant_limit", "frozen_python_draw", "generator_in_forward", "global_module_hooks", "guard_failure", "hook_holds_traced_value", "hooks_with_kwargs", "identity_of_traced_number", "input_container_writes", "keyword_batch_positional", "lazy_modules", "list_example_failed", "list_is_one_argument", "meta_error", "mode_changed", "model_changed", "model_class_given", "model_state_changes", "module_made_in_forward", "no_value_error", "numpy_example", "parameter_made_in_forward", "python_draw_decides", "python_state_changes", "refused_inside_code", "short_repr", "short_text", "training_mode", "type_of_traced_value", "unknown_type_reader_error", "unrepresentable_output", "without_fx_types", "wrong_input_type"]
 
 # What torch.fx.symbolic_trace says for the same operation; kept verbatim so that
 # code matching on FX's messages keeps working when specfx runs without examples.
@@ -466,9 +467,19 @@ def numpy_example(path: str, shape: Tuple[int, ...], dtype: Any) -> str:
     )
 
 
+def without_fx_types(text: str) -> str:
+    """``text`` with torch.fx's container types named as the user's: a traced list or dict
+    argument is FX's ``immutable_list``/``immutable_dict``, which the user never made.
+
+    >>> without_fx_types("must be Tensor, not immutable_list")
+    'must be Tensor, not list'
+    """
+    return re.sub(r"\bimmutable_(list|dict)\b", r"\1", text)
+
+
 def list_example_failed(error: BaseException, where: str, count: int, kinds: Sequence[str], first: str) -> str:
     """The trace failed on an example given as a list, which is one argument."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    text = without_fx_types(str(error).strip().splitlines()[0] if str(error).strip() else "")
     return (
         f"the model failed on the example: {type(error).__name__}: {text}{where}\n"
         f"The example is a list ({count} item(s) of type {', '.join(kinds) or '-'}), and a list is passed as "

@@ -199,7 +199,9 @@ def one_line(text: str) -> str:
 
 
 def _one_line(error: BaseException) -> str:
-    text = str(error).strip()
+    from .._policy.messages import without_fx_types
+
+    text = without_fx_types(str(error).strip())
     first = text.splitlines()[0] if text else ""
     return f"{type(error).__name__}{': ' + first if first else ''}{_where(error)}"
 
