@@ -451,6 +451,22 @@ class TestFirstHourMistakes:
                                             "dimensions: got 1 and 2') on the example inputs and the model code "
                                             "caught it")
 
+    def test_a_name_that_matches_nothing_is_not_ignored_silently(self):
+        """A leaf_modules= name of no submodule warns (with the likely one), a concrete_args= name of no
+        parameter is refused, and specializations() of a plain model names itself."""
+        model = Tiny()
+        with pytest.warns(UserWarning) as caught:
+            specfx.trace(model, torch.randn(2, 4), leaf_modules=["linea"])
+        assert [str(w.message) for w in caught] == [
+            "leaf_modules= names 'linea', which is no submodule of Tiny, so it changes nothing; did you mean 'linear'?"]
+        assert caught[0].filename == __file__
+        with pytest.raises(TypeError) as refused:
+            specfx.trace(model, torch.randn(2, 4), concrete_args={"scale": 2})
+        assert str(refused.value) == ("concrete_args names 'scale', which is no parameter of Tiny.forward(x); it "
+                                      "takes the names of forward's parameters")
+        with pytest.raises(TypeError, match=r"^specializations\(\) takes a GraphModule made by specfx.trace"):
+            specfx.specializations(model)
+
     def test_list_of_two_positional_arguments(self):
         """A list for a forward of two parameters does not fit: the message says a list is one argument."""
         with pytest.raises(TypeError, match=r"missing a required argument: 'y'\. Pass example_inputs as a tuple .* "

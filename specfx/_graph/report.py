@@ -69,14 +69,14 @@ def _rebuilt_from_guards(gm: Any) -> List[_Decision]:
     return decisions
 
 
-def _decisions_of(gm: Any) -> List[_Decision]:
+def _decisions_of(gm: Any, caller: str = "explain") -> List[_Decision]:
     records = gm if isinstance(gm, (list, tuple)) else getattr(gm, "specializations", None)
     if records is not None:
         return [_Decision(record, record.where, record.source) for record in records]
     rebuilt = _rebuilt_from_guards(gm)
     if not rebuilt:
         raise TypeError(
-            f"explain() takes a GraphModule made by specfx.trace (or its .specializations); "
+            f"{caller}() takes a GraphModule made by specfx.trace (or its .specializations); "
             f"{type(gm).__name__} has neither specializations nor specfx guard nodes"
         )
     return rebuilt
@@ -101,7 +101,7 @@ def specializations(gm: Any) -> Tuple[Specialization, ...]:
     >>> [(str(s.kind), s.value) for s in specfx.specializations(specfx.trace(f, torch.ones(4)))]
     [('unpack', 2)]
     """
-    return tuple(decision.record for decision in _decisions_of(gm))
+    return tuple(decision.record for decision in _decisions_of(gm, "specializations"))
 
 
 def _row(number: int, members: List[_Decision]) -> Tuple[str, ...]:

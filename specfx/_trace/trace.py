@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import inspect
 import math
@@ -133,6 +134,7 @@ def trace(
         raise TypeError(f"tracer_class= takes a subclass of specfx.SpecTracer; got {tracer_class!r}")
     if isinstance(root, torch.nn.Module):
         _warn_unmatched_scopes(policy, root)
+        _warn_unmatched_leaves(leaf_modules, trace_through, root)
     examples = bind_examples(root, example_inputs, example_kwargs, concrete_args)
     if examples is not None:
         refuse_numpy(examples)
@@ -269,6 +271,23 @@ def _warn_unmatched_scopes(policy: Policy, root: torch.nn.Module) -> None:
             )
 
 
+def _warn_unmatched_leaves(leaf_modules: Tuple[Any, ...], trace_through: Tuple[Any, ...],
+                           root: torch.nn.Module) -> None:
+    """A qualified name in leaf_modules=/trace_through= that names no submodule would be ignored."""
+    names = [name for name, _ in root.named_modules(remove_duplicate=False) if name]
+    for keyword, given in (("leaf_modules", leaf_modules), ("trace_through", trace_through)):
+        for name in given:
+            if isinstance(name, str) and name not in names:
+                close = difflib.get_close_matches(name, names, n=1)
+                warnings.warn(
+                    f"{keyword}= names {name!r}, which is no submodule of {type(root).__name__}, so it changes "
+                    f"nothing; " + (f"did you mean {close[0]!r}?" if close else
+                                    f"qualified names look like {', '.join(repr(n) for n in names[:4]) or '(none)'}"),
+                    UserWarning,
+                    stacklevel=3,
+                )
+
+
 def _signature_target(root: Any) -> Callable[..., Any]:
     if isinstance(root, torch.nn.Module):
         return inspect.unwrap(type(root).forward)
@@ -318,7 +337,12 @@ def bind_examples(
         elif parameter.name in bound.arguments:
             examples[parameter.name] = bound.arguments[parameter.name]
     if concrete_args:
-
+        named = {p.name for p in parameters if p.kind not in (inspect.Parameter.VAR_POSITIONAL,
+                                                              inspect.Parameter.VAR_KEYWORD)}
+        unknown = [name for name in concrete_args if name not in named]
+        if unknown and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            raise TypeError(f"concrete_args names {unknown[0]!r}, which is no parameter of {owner}{shown}; "
+                            f"it takes the names of forward's parameters")
         clash = sorted(set(concrete_args) & {k.lstrip("*") for k in examples})
         if clash:
             raise TypeError(
