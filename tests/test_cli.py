@@ -289,6 +289,15 @@ class TestCommands:
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1
 
+    def test_interrupt_is_one_line(self, monkeypatch, capsys):
+        """Ctrl-C while tracing: one line and the shell's code for an interrupt, no traceback."""
+        def interrupted(args):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr("specfx.cli.trace_command.run", interrupted)
+        assert main(["trace", "tests.models:SplitCat", "--input", "randn(1, 4, 3, 3)"]) == 130
+        assert capsys.readouterr().err == "specfx trace: interrupted\n"
+
     def test_parse_input(self):
         """Inputs are torch factory calls or literals, parsed without eval."""
         from specfx.cli import parse_input

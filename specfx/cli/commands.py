@@ -14,7 +14,6 @@ SystemExit: 0
 from __future__ import annotations
 
 import argparse
-import pickle
 import sys
 from typing import Any, NoReturn, Optional, Sequence
 
@@ -74,8 +73,10 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"specfx explain: {error}; if you trust the file, pass --unsafe-load (loading a pickled "
               f"GraphModule runs the code stored in it)", file=sys.stderr)
         return 2
-    except (OSError, RuntimeError, pickle.UnpicklingError, EOFError, ImportError, AttributeError) as error:
-        print(f"specfx explain: cannot load {args.file}: {str(error).splitlines()[0]}", file=sys.stderr)
+    except Exception as error:  # (whatever unpickling a foreign file raises: one line)
+        from .calibration import unreadable
+
+        print(f"specfx explain: cannot load {args.file}: {unreadable(args.file, error)}", file=sys.stderr)
         return 2
     try:
         print(explain(saved))
@@ -197,3 +198,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:  # `specfx explain g.pt | head`: the reader left, which is fine
         sys.stderr.close()
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: one line too, and the shell's code for an interrupt
+        print(f"specfx {args.command}: interrupted", file=sys.stderr)
+        return 130
