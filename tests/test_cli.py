@@ -289,6 +289,14 @@ class TestCommands:
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1
 
+    def test_no_inputs_says_the_trace_has_no_values(self, capsys):
+        """Without --input/--kwarg the trace is torch.fx's (no values): said, with the fix."""
+        assert main(["trace", "tests.test_cli:Dropped", "--eval"]) == 0
+        assert ("specfx trace: no --input or --kwarg: tracing without example values, as torch.fx does (a decision "
+                "on a value is refused); give the inputs to trace with values\n") in capsys.readouterr().err
+        assert main(["trace", "tests.models:SplitCat"]) == 1
+        assert "was traced without example inputs" in capsys.readouterr().err
+
     def test_interrupt_is_one_line(self, monkeypatch, capsys):
         """Ctrl-C while tracing: one line and the shell's code for an interrupt, no traceback."""
         def interrupted(args):

@@ -373,6 +373,9 @@ def _run(args: argparse.Namespace) -> int:
     policy = Policy(parse_flags(args.policy or ""),
                     scopes={glob: Policy(parse_flags(flags)) for glob, flags in args.scopes.items()})
     print(f"tracing {args.model} ...", file=sys.stderr)
+    if not (inputs or kwargs or calibration):
+        print("specfx trace: no --input or --kwarg: tracing without example values, as torch.fx does (a "
+              "decision on a value is refused); give the inputs to trace with values", file=sys.stderr)
     start = time.perf_counter()
     try:
         with _Ticker("tracing"):
