@@ -451,6 +451,28 @@ class TestCommandLineSpeaksCommandLine:
         assert "mul = x * 2" in capsys.readouterr().out
         assert str(tmp_path) not in sys.path
 
+    def test_console_script_loads_graphs_naming_local_modules(self, tmp_path, monkeypatch, capsys):
+        """A saved graph whose leaf is a class of a module in the current directory: the console script's
+        `coverage` and `explain --unsafe-load` import it from there, as python -m specfx does."""
+        (tmp_path / "my_local_blocks.py").write_text(
+            "import torch\nclass Inner(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n"
+            "class Outer(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        self.inner = Inner()\n    def forward(self, x):\n        return self.inner(x) * 2\n")
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+        torch.save([torch.ones(3, 4)], tmp_path / "batches.pt")
+        try:
+            assert main(["trace", "my_local_blocks:Outer", "--input", "randn(2, 4)", "--leaf", "inner",
+                         "--save", "graph.pt"]) == 0
+            sys.modules.pop("my_local_blocks", None)
+            assert main(["coverage", "graph.pt", "--batches", "batches.pt"]) == 0
+            sys.modules.pop("my_local_blocks", None)
+            assert main(["explain", "--unsafe-load", "graph.pt"]) == 0
+        finally:
+            sys.modules.pop("my_local_blocks", None)
+        assert "cannot load" not in capsys.readouterr().err
+        assert str(tmp_path) not in sys.path
+
     def test_import_noise_is_dropped_for_the_command_only(self, caplog):
         """torchao's "Failed to load" lines (a CPU torch cannot load its CUDA kernels) are dropped while the command
         runs, and only then: specfx changes no logging of the user's own programs."""

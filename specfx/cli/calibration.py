@@ -66,8 +66,12 @@ def _coverage(args: argparse.Namespace) -> int:
     except BatchesError as error:
         print(f"specfx coverage: {error}", file=sys.stderr)
         return 2
+    from .imports import current_directory_importable, quiet_import_noise
+
     try:
-        gm = torch.load(args.graph, weights_only=False)
+        # (unpickling imports the model's modules: from the current directory too, as python -m does)
+        with quiet_import_noise(), current_directory_importable():
+            gm = torch.load(args.graph, weights_only=False)
     except Exception as error:
         print(f"specfx coverage: cannot load {args.graph}: {unreadable(args.graph, error)}", file=sys.stderr)
         return 2

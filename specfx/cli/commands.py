@@ -63,9 +63,10 @@ def _explain(args: argparse.Namespace) -> int:
         if args.unsafe_load:
             import torch
 
-            from .trace_command import quiet_import_noise
+            from .imports import current_directory_importable, quiet_import_noise
 
-            with quiet_import_noise():  # (unpickling imports the model's libraries)
+            # (unpickling imports the model's modules: from the current directory too, as python -m does)
+            with quiet_import_noise(), current_directory_importable():
                 saved: Any = torch.load(args.file, weights_only=False)
         else:
             saved = read_specializations(args.file)

@@ -11,19 +11,18 @@ specfx's explanation on one line, its fix spelled as options (``--policy iter``,
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import logging
 import os
 import sys
 import time
 import traceback
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .._policy.policy import Policy, parse_flags
 from .._policy.spelling import Spelling, spelled
 from .calibration import BatchesError, calibration_set
+from .imports import current_directory_importable, quiet_import_noise
 from .inputs import CheckedValue, UsageError, build, check_arguments as check_call, check_value
 
 __all__ = ["CommandLineSpelling", "check_arguments", "one_line", "quiet_import_noise", "run"]
@@ -127,56 +126,6 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise UsageError(f"{option} {path!r}: the folder {folder} does not exist")
 
 
-# Log lines third-party packages print while they are imported, which say nothing about the
-# user's model: torchao (imported by transformers when it is installed) cannot load its CUDA
-# kernels on a CPU build of torch, and registers enums the way torch now deprecates.
-_IMPORT_NOISE = (
-    ("torchao", ("Failed to load ", "Skipping import of cpp extensions")),
-    ("torch.utils._pytree", ("is an Enum subclass and is now natively supported",)),
-)
-
-
-class _DropNoise(logging.Filter):
-    def __init__(self, starts: Tuple[str, ...]) -> None:
-        super().__init__()
-        self._starts = starts
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not any(start in message for start in self._starts)
-
-
-@contextlib.contextmanager
-def quiet_import_noise() -> Iterator[None]:
-    """Drop the known harmless log lines of third-party imports for this command only."""
-    installed = []
-    for name, starts in _IMPORT_NOISE:
-        drop = _DropNoise(starts)
-        logging.getLogger(name).addFilter(drop)
-        installed.append((name, drop))
-    try:
-        yield
-    finally:
-        for name, drop in installed:
-            logging.getLogger(name).removeFilter(drop)
-
-
-@contextlib.contextmanager
-def _current_directory_importable() -> Iterator[None]:
-    """``python -m specfx`` imports from the current directory (Python puts it first on
-    ``sys.path``); the ``specfx`` console script runs from its own folder: put it there too."""
-    here = os.getcwd()
-    if "" in sys.path or here in sys.path:
-        yield
-        return
-    sys.path.insert(0, here)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(here)
-
-
 def _where(error: BaseException) -> str:
     """``file:line`` of the innermost frame of ``error`` outside specfx and torch: the code
     (the user's, or a library's such as transformers) that failed."""
@@ -211,7 +160,7 @@ def _load(target: str, as_function: bool) -> Any:
 
     module_name, _, attribute = target.partition(":")
     try:
-        with _current_directory_importable():
+        with current_directory_importable():
             module = importlib.import_module(module_name)
     except ImportError as error:
         hint = ""
@@ -275,7 +224,7 @@ def _class_named(name: str) -> Optional[type]:
         if not module_name or module_name in ("nn", "torch.nn"):
             module_name = "torch.nn"
     try:
-        with _current_directory_importable():
+        with current_directory_importable():
             obj: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
             obj = getattr(obj, part)
