@@ -100,7 +100,8 @@ class TestMessages:
 
     def test_exported_type_and_grad_mode_checks(self):
         message = str(_breaking_error("type: Parameter", "PT2E"))
-        assert "is torch.Tensor, but for this input type(instance) is torch.nn.parameter.Parameter" in message
+        assert ("assuming type(x) is torch.Tensor, but for this input type(x) is torch.nn.parameter.Parameter"
+                in message)  # (the model's name for it, not `instance` of nn.Parameter's own isinstance check)
         message = str(_breaking_error("grad mode", "PT2E"))
         assert "assuming torch.is_grad_enabled() == True, but for this input torch.is_grad_enabled() == False" in message
 
