@@ -509,9 +509,26 @@ class TestFirstHourMistakes:
             "Sequential is traced in training mode, and 2 of its modules compute differently in training "
             "(1 (Dropout), 2 (Dropout)), so the graph computes as training does (dropout drawn, batch statistics "
             "used). Models start in training mode, models built from a config too: for an inference graph, call "
-            "model.eval() before specfx.trace. The graph keeps the mode it was traced in wherever forward reads "
-            "self.training (gm.eval() later switches only its leaf modules, such as nn.Dropout); "
-            "specfx.Specializer keeps one graph per mode.")
+            "model.eval() before specfx.trace. The mode is guarded: where forward reads self.training, the graph "
+            "raises GuardError when called after gm.eval() (its leaf modules, such as nn.Dropout, follow "
+            "gm.eval()); specfx.Specializer keeps one graph per mode.")
+
+    def test_what_the_training_mode_warning_says_holds(self):
+        """The warning's promise: a graph traced in training mode whose forward reads self.training (F.dropout's
+        flag) raises GuardError after gm.eval(), naming the mode; one whose only reader is a leaf nn.Dropout
+        follows gm.eval() as eager does."""
+        reads = ReadsTheMode()
+        with pytest.warns(UserWarning, match="The mode is guarded"):
+            gm = specfx.trace(torch.nn.Sequential(reads, torch.nn.Dropout(0.5)), torch.randn(2, 4))
+        gm.eval()
+        with pytest.raises(GuardError, match=r"traced in training mode .* now in eval mode"):
+            gm(torch.randn(2, 4))
+        leaf_only = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+        with pytest.warns(UserWarning, match="The mode is guarded"):
+            gm = specfx.trace(leaf_only, torch.randn(2, 4))
+        gm.eval(), leaf_only.eval()
+        x = torch.randn(8, 4)
+        torch.testing.assert_close(gm(x), leaf_only(x))
 
     def test_eval_mode_or_no_mode_dependent_module_is_quiet(self):
         """No warning in eval mode, nor in training mode when no module computes differently."""
@@ -540,6 +557,24 @@ class TestFirstHourMistakes:
             "Fix: check with inputs the graph is meant to cover; for inputs like this one, trace with such an "
             "example, or let specfx.Specializer(model, policy) keep one graph per set of assumptions.",
             "(specfx docs: docs/errors.md#tracecheckerror)"]
+
+
+class _Block(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.dropout(x, 0.5, self.training)
+
+
+class ReadsTheMode(torch.nn.Module):
+    """Reads the mode in a submodule's F.dropout and in its own branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.block = _Block()
+
+    def forward(self, x):
+        x = self.block(self.linear(x))
+        return x + 1 if self.training else x
 
 
 def _rows(x):

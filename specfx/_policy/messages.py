@@ -501,9 +501,9 @@ def training_mode(model: str, modules: Sequence[Tuple[str, str]]) -> str:
         f"{model} is traced in training mode, and {len(modules)} of its modules compute differently in "
         f"training ({shown}), so the graph computes as training does (dropout drawn, batch "
         f"statistics used). Models start in training mode, models built from a config too: for an inference "
-        f"graph, {spelling().eval_mode()}. The graph keeps the mode it was traced in wherever "
-        f"forward reads self.training (gm.eval() later switches only its leaf modules, such as nn.Dropout); "
-        f"specfx.Specializer keeps one graph per mode."
+        f"graph, {spelling().eval_mode()}. The mode is guarded: where forward reads self.training, "
+        f"the graph raises GuardError when called after gm.eval() (its leaf modules, such as nn.Dropout, "
+        f"follow gm.eval()); specfx.Specializer keeps one graph per mode."
     )
 
 
