@@ -9,6 +9,7 @@ pin differs from the main suite's). The rest runs everywhere.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import tempfile
 
@@ -264,6 +265,188 @@ def test_whispers_encoder_is_calibrated():
             handle.remove()
     assert len(encoder_linears) == 12 and all(count >= 4 for count in seen.values()), seen
     assert all(hasattr(module, "weight_scale") for module in encoder_linears.values())
+
+
+# -- multimodal models, as llm-compressor calls them: images and text in one batch ----------------
+IMAGE = VOCAB - 1  # the image placeholder token
+START, END = VOCAB - 2, VOCAB - 3  # the image's begin and end tokens (Qwen2-VL, Gemma3)
+
+
+def _llava():
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              image_size=16, patch_size=8, projection_dim=32)
+    text = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlavaForConditionalGeneration(LlavaConfig(vision_config=vision, text_config=text, image_token_id=IMAGE,
+                                                     vision_feature_layer=-2, vision_feature_select_strategy="default"))
+
+
+def _qwen2_vl():
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    return Qwen2VLForConditionalGeneration(Qwen2VLConfig(
+        vision_config=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, patch_size=4, spatial_merge_size=2,
+                           temporal_patch_size=2, in_channels=3),
+        text_config=dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 10000.0}),
+        image_token_id=IMAGE, video_token_id=VOCAB - 4, vision_start_token_id=START, vision_end_token_id=END))
+
+
+def _gemma3():
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    return Gemma3ForConditionalGeneration(Gemma3Config(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=16, patch_size=4),
+        text_config=dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                         sliding_window=8),
+        mm_tokens_per_image=4, image_token_index=IMAGE, boi_token_index=START, eoi_token_index=END))
+
+
+# per model: the image's tokens in the text, and the rest of a row's inputs for one image
+IMAGE_TOKENS = {"llava": [IMAGE] * 4, "qwen2_vl": [START, IMAGE, END], "gemma3": [START] + [IMAGE] * 4 + [END]}
+
+
+def _image_inputs(name, rows, generator):
+    if name == "qwen2_vl":  # one 8x8 image: 2x2 patches of 4 pixels (2 frames), merged into 1 token
+        return {"pixel_values": torch.randn(4 * rows, 3 * 2 * 4 * 4, generator=generator),
+                "image_grid_thw": torch.tensor([[1, 2, 2]] * rows)}
+    return {"pixel_values": torch.randn(rows, 3, 16, 16, generator=generator)}
+
+
+def _multimodal_batch(name, lengths, generator):
+    """One image and ``n`` text tokens a row (the image after the first token), padded on the
+    left to the longest row, with what the model's processor adds (token types)."""
+    image = torch.tensor(IMAGE_TOKENS[name])
+    rows = [torch.cat([torch.randint(1, VOCAB - 5, (1,), generator=generator), image,
+                       torch.randint(1, VOCAB - 5, (n - 1,), generator=generator)]) for n in lengths]
+    width = max(map(len, rows))
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for index, row in enumerate(rows):
+        ids[index, width - len(row):], mask[index, width - len(row):] = row, 1
+    batch = {"input_ids": ids, "attention_mask": mask, **_image_inputs(name, len(rows), generator)}
+    if name == "gemma3":
+        batch["token_type_ids"] = (ids == IMAGE).long()
+    if name == "qwen2_vl":
+        batch["mm_token_type_ids"] = (ids == IMAGE).long()
+    return batch
+
+
+MULTIMODAL = {"llava": _llava, "qwen2_vl": _qwen2_vl, "gemma3": _gemma3}
+
+
+def _text_model_output(model, run):
+    """What the language model's final norm returns while ``run()`` runs (the logits are meta
+    tensors in llm-compressor's calibration context)."""
+    seen = []
+    handle = model.model.language_model.norm.register_forward_hook(lambda module, args, output: seen.append(output))
+    try:
+        run()
+    finally:
+        handle.remove()
+    (output,) = seen
+    return output
+
+
+@needs_llmcompressor
+@pytest.mark.filterwarnings("ignore")  # (llm-compressor's and transformers' own deprecations)
+@pytest.mark.parametrize("name", list(MULTIMODAL))
+def test_multimodal_graph_runs_other_batches_as_eager(name):
+    """Traced on a batch of 2 rows with an image each, as llm-compressor traces it (its
+    sequential targets: the vision and decoder layers), the graph equals eager on batches of
+    other lengths and padding, and of other sizes and image counts where the model's code
+    does not decide on them in Python: LLaVA makes a Python list of the images
+    (``list(image_features)``); Qwen2-VL walks each row's token types in Python to number the
+    M-RoPE positions, and takes ``len()`` of its image grid; there the graph raises GuardError
+    naming that line."""
+    from llmcompressor.utils.helpers import calibration_forward_context
+    from llmcompressor.utils.pytorch.module import infer_sequential_targets
+
+    torch.manual_seed(0)
+    model = MULTIMODAL[name]().eval()
+    generator = torch.Generator().manual_seed(0)
+    graph, _ = specfx_llmc.traced_model(model, _multimodal_batch(name, [5, 3], generator),
+                                        infer_sequential_targets(model, None))
+    same_layout = _multimodal_batch(name, [5, 3], generator)  # (other tokens, pixels)
+    others = {"lengths": [6, 2], "sizes": [4, 6, 2], "one": [7]}
+    decided = {"llava": {"sizes": "len(image_features)", "one": "len(image_features)"},
+               "qwen2_vl": {"lengths": "input_token_type", "sizes": "len(grid_thw)", "one": "len(grid_thw)"},
+               "gemma3": {}}[name]
+    with calibration_forward_context(model):
+        for label, batch in [("same", same_layout)] + [(label, _multimodal_batch(name, lengths, generator))
+                                                       for label, lengths in others.items()]:
+            expected = _text_model_output(model, lambda batch=batch: model(**batch))
+            if label in decided:
+                with pytest.raises(specfx.GuardError, match=re.escape(decided[label])):
+                    graph(**batch)
+                continue
+            assert torch.equal(_text_model_output(model, lambda batch=batch: graph(**batch)), expected), label
+
+
+def _module_state(model):
+    """Everything of every module tracing could change, by identity: its tables (of whatever
+    mapping type offloading put there), hook tables, attributes and flags."""
+    state = {}
+    for name, module in model.named_modules():
+        attributes = vars(module)
+        state[name] = (
+            type(module._parameters), [(key, id(value)) for key, value in module._parameters.items()],
+            type(module._buffers), [(key, id(value)) for key, value in module._buffers.items()],
+            [(key, id(value)) for key, value in module._modules.items()],
+            {key: [(k, id(v)) for k, v in value.items()] for key, value in attributes.items()
+             if "_hooks" in key and isinstance(value, dict)},
+            {key: id(value) for key, value in attributes.items()
+             if key not in ("_parameters", "_buffers", "_modules") and not ("_hooks" in key and isinstance(value, dict))},
+            module.training)
+    return state
+
+
+@needs_llmcompressor
+@pytest.mark.filterwarnings("ignore")  # (llm-compressor's and transformers' own deprecations)
+@pytest.mark.parametrize("name", ["llava", "gemma3"])
+def test_multimodal_oneshot_leaves_the_model_as_it_found_it(name, monkeypatch):
+    """oneshot GPTQ W8A8 through the integration on 4 single-image samples of different
+    lengths: inside oneshot (its offloading has replaced every parameter table by a mapping
+    that is not a dict) the trace leaves every module's tables, hooks, attributes and flags as
+    they were, and the vision tower still records the hidden states eager records (LLaVA
+    calibrates on the second-to-last one)."""
+    from torch.utils.data import DataLoader
+
+    torch.manual_seed(0)
+    model = _saved(MULTIMODAL[name]())
+    generator = torch.Generator().manual_seed(0)
+    rows = [{key: value[0] for key, value in _multimodal_batch(name, [n], generator).items()} for n in (5, 3, 6, 4)]
+    loader = DataLoader(rows, batch_size=1, collate_fn=lambda batch: {key: torch.stack([row[key] for row in batch])
+                                                                     for key in batch[0]})
+    vision = model.model.vision_tower
+
+    def recorded_hidden_states():
+        with torch.no_grad():
+            return len(vision(rows[0]["pixel_values"][None], output_hidden_states=True).hidden_states)
+
+    expected_states = recorded_hidden_states()
+    seen = []
+    trace_subgraphs = specfx_llmc.trace_subgraphs
+
+    def observed(traced, *args, **kwargs):
+        before = _module_state(traced)
+        subgraphs = trace_subgraphs(traced, *args, **kwargs)
+        seen.append((before, _module_state(traced), recorded_hidden_states()))
+        return subgraphs
+
+    monkeypatch.setattr(specfx_llmc, "trace_subgraphs", observed)
+    _oneshot(model, "specfx", "single", dataset=loader, num_calibration_samples=None,
+             recipe=_gptq_w8a8(ignore=["lm_head", "re:.*vision_tower.*", "re:.*multi_modal_projector.*"]))
+    ((before, after, states),) = seen
+    assert all(not issubclass(tables[0], dict) for tables in before.values())  # (the real offloading context)
+    assert after == before, [name for name in before if before[name] != after[name]]
+    assert states == expected_states
+    assert all(hasattr(layer.mlp.down_proj, "weight_scale") for layer in model.model.language_model.layers)
 
 
 @needs_llmcompressor

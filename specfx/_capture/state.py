@@ -487,6 +487,9 @@ class StateKeeper:
         # what code the graph runs again made (a user-defined leaf, a leaf's hooks): not refused
         self.excused: set = set()
         self.changed: List[str] = []  # Python state forward changed that the graph does not change
+        self._hooks: List[Dict[Any, Any]] = []
+        self._hook_lengths: List[int] = []
+        self._hook_items: List[Tuple[int, List[Tuple[Any, Any]]]] = []
         if self._module is None:
             return
         seen: set = set()
@@ -502,6 +505,12 @@ class StateKeeper:
         tables = [*attributes, *map(_PARAMETERS, attributes), *map(_BUFFERS, attributes), *map(_CHILDREN, attributes)]
         self._plain = plain
         self._live = tables
+        # The hook tables (dicts torch mutates in place): code that registers a hook while traced
+        # (transformers installs its output-collecting hooks on the first call that asks for
+        # hidden states) must not leave it on the model; their lengths tell a change, in C
+        self._hooks = _hook_tables(attributes)
+        self._hook_lengths = list(map(len, self._hooks))
+        self._hook_items = [(i, list(table.items())) for i, table in enumerate(self._hooks) if table]
         # Offloading libraries (compressed-tensors inside llm-compressor's oneshot, accelerate)
         # replace a module's tables with mappings that are not dicts: read those through their
         # own values() (told once per trace, in C, for the common all-dict case)
@@ -615,6 +624,23 @@ class StateKeeper:
             self.excused.update(f"{name}.{key}" if name else key for key in {*table, *before}
                                 if table.get(key, _ABSENT) is not before.get(key, _ABSENT))
 
+    def _restore_hooks(self) -> None:
+        """Put back every hook table as it was (hooks registered or removed while traced)."""
+        if list(map(len, self._hooks)) == self._hook_lengths and all(
+                list(self._hooks[i].items()) == items for i, items in self._hook_items):
+            return
+        saved = dict(self._hook_items)
+        for index, table in enumerate(self._hooks):
+            before = saved.get(index, [])
+            if list(table.items()) == before:
+                continue
+            keys = {key for key, _ in before}
+            for key in [k for k in table if k not in keys]:  # key by key, never clear(): other threads
+                del table[key]
+            for key, hook in before:
+                if table.get(key, _ABSENT) is not hook:
+                    table[key] = hook
+
     @property
     def protect(self) -> Any:  # the tracer's hook before a write (kept for callers of the old name)
         return self.trace_state.writable
@@ -644,6 +670,7 @@ class StateKeeper:
                 and all(map(operator.is_, itertools.chain.from_iterable(map(self._values_of, live)), self._values))
                 and list(map(tuple, live)) == self._layouts):
             self._restore_tables()
+        self._restore_hooks()
         for name, container, contents in self._containers:
             if restore_contents(container, contents) and id(container) not in self.excused:
                 self.changed.append(name)
@@ -701,6 +728,19 @@ _ONLY_DICT = {dict}
 _PARAMETERS = operator.itemgetter("_parameters")
 _BUFFERS = operator.itemgetter("_buffers")
 _CHILDREN = operator.itemgetter("_modules")
+
+
+_HOOK_NAMES = tuple(name for name, value in torch.nn.Module().__dict__.items()
+                    if "_hooks" in name and isinstance(value, dict))
+_HOOKS_OF = operator.itemgetter(*_HOOK_NAMES)
+
+
+def _hook_tables(attributes: List[Dict[str, Any]]) -> List[Dict[Any, Any]]:
+    """Every hook table of the modules whose ``__dict__`` are ``attributes``, in one list."""
+    try:
+        return list(itertools.chain.from_iterable(map(_HOOKS_OF, attributes)))
+    except KeyError:  # (a module whose __init__ did not run nn.Module's: the tables it has)
+        return [a[name] for a in attributes for name in _HOOK_NAMES if isinstance(a.get(name), dict)]
 
 
 def _parameter_state(params: List[torch.nn.Parameter]) -> Tuple[List[bool], List[Any], List[int]]:

@@ -73,7 +73,8 @@ from .._graph.message_text import format_message, has_placeholders, split_placeh
 from .._graph.objects import rebuild_object
 from .outputs import is_transformers_cache, template_of, traced_tensors_in, unrepresentable_output_error
 from .scripted import ScriptedFunctions
-from .transformers import install_transformers_support
+from .transformers import capture_leaf_outputs, install_transformers_support
+from .checks import install_checks
 from .wrapped_root import call_through_wrapper, is_wrapped
 from .values import (
     MISSING,
@@ -272,7 +273,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                     record_factories(self)
                     # @torch.jit.script helpers and transformers' vmapped masks, for the tracing code
                     self._scripted.cover(type(root).forward if isinstance(root, torch.nn.Module) else root)
-                    install_transformers_support(self._is_tracing)
+                    install_transformers_support(self._is_tracing, self._is_evaluating)
+                    install_checks(self)
                     with reading_held_tensors(self, root):
                         graph = super().trace(root, concrete_args)
                     self._compute_pending()
@@ -343,6 +345,10 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         # False in other threads (FX's patches are global) and while evaluating values.
         return self._evaluating == 0 and _ACTIVE_TRACER.get() is self
 
+    def _is_evaluating(self) -> bool:
+        # True while this trace runs code for a value (a leaf module, an op), in its own context
+        return self._evaluating > 0 and _ACTIVE_TRACER.get() is self
+
     def records_factories(self) -> bool:
         """Whether a torch factory called now is model code being traced (not code that
         computes a value, and not another thread)."""
@@ -399,6 +405,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                 boundary[1]), _caught.new_memo())
         try:
             result = super().call_module(m, forward, args, kwargs)
+            if leaf and self.examples is not None:
+                capture_leaf_outputs(m, args, result)  # (transformers' output_hidden_states hooks)
             if self._watched_frames:
                 self._check_returned_frames(getattr(getattr(forward, "__func__", forward), "__code__", None))
             if (type(result) is ValueProxy and result.node.op == "call_module"

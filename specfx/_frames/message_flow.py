@@ -8,6 +8,9 @@ text ends as an argument of a message sink — ``torch._assert``, an exception c
 (``raise ValueError(...)``, ``assert``'s message), ``warnings.warn``, a
 ``logging.Logger`` method — through nothing but string building (f-strings, ``+``,
 ``%``, tuples of ``%`` arguments), the formatting is free: no flag, no guard.
+A library's own check function that raises or warns with the text it is given
+(transformers' ``torch_compilable_check(cond, f"... {n}")``) is registered as a sink
+with :func:`register_message_function` by the layer that knows the library.
 Anything else (the text compared, stored in a name, returned) is an ordinary
 decision, as before.
 """
@@ -27,7 +30,8 @@ from torch.fx._symbolic_trace import _assert_is_none
 from .bytecode import CALL_FORMS, Attribute, _effect, _instructions, _site, _step, _Unanalyzable, simulate
 from .type_reads import _ABSENT, _resolve
 
-__all__ = ["GRAPH", "TEXT", "message_sink", "only_stored", "resolve_described", "value_consumers"]
+__all__ = ["GRAPH", "TEXT", "message_sink", "only_stored", "register_message_function", "resolve_described",
+           "value_consumers"]
 
 GRAPH = "graph"  # the sink is recorded in the graph (torch._assert): the text may be built at run time
 TEXT = "text"  # the sink runs at trace time only (an exception, a warning, a log line)
@@ -72,6 +76,25 @@ _DERIVING = frozenset({"BINARY_OP", "BINARY_SUBSCR", "BINARY_SLICE", "UNARY_NEGA
 _LOG_RECORD_MESSAGE = logging.LogRecord.getMessage.__code__
 _STEPS = 400  # a message is built in one statement: give up after this many instructions
 _CONSUMERS: Dict[Tuple[types.CodeType, int], Optional[Tuple[Any, ...]]] = {}
+# functions that use the text they are given only as the message of what they raise or warn,
+# with the sink kind of that message (by id: a module-level function lives as long as its module)
+_MESSAGE_FUNCTIONS: Dict[int, Tuple[Any, str]] = {}
+
+
+def register_message_function(function: Any, kind: str = TEXT) -> None:
+    """Text passed to ``function`` is a message: ``function`` only raises or warns with it
+    (e.g. transformers' ``torch_compilable_check(cond, msg)``), never computes with it.
+    ``kind`` is :data:`GRAPH` when the text reaches a call the graph records (a check that
+    becomes a graph assertion), else :data:`TEXT`.
+
+    >>> def check(cond, msg):
+    ...     if not cond:
+    ...         raise ValueError(msg)
+    >>> register_message_function(check)
+    >>> _MESSAGE_FUNCTIONS[id(check)] == (check, TEXT)
+    True
+    """
+    _MESSAGE_FUNCTIONS[id(function)] = (function, kind)
 
 
 def _consumers(code: types.CodeType, offset: int) -> Optional[Tuple[Any, ...]]:
@@ -240,6 +263,9 @@ def _sink(described: Any, frame: types.FrameType) -> Optional[str]:
         return TEXT
     if value is warnings.warn or value is warnings.warn_explicit:
         return TEXT
+    registered = _MESSAGE_FUNCTIONS.get(id(value))
+    if registered is not None and registered[0] is value:
+        return registered[1]
     if type(described) is Attribute and isinstance(_resolve(described.base, frame),
                                                    (logging.Logger, logging.LoggerAdapter)):
         return TEXT

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
 
 from .._policy.policy import Policy
 from .._trace.trace import trace
 
-__all__ = ["SUPPORTED_VERSIONS", "trace_subgraphs", "use"]
+__all__ = ["SUPPORTED_VERSIONS", "trace_subgraphs", "traced_model", "use"]
 
 # the llmcompressor releases whose pipeline helpers this module was tested against
 SUPPORTED_VERSIONS = ("0.14.0.1",)
@@ -111,22 +111,10 @@ def trace_subgraphs(
     ('0.14.0.1',)
     """
     _llmcompressor()
-    from compressed_tensors.offload import disable_onloading
-    from compressed_tensors.utils.match import match_named_modules
-    from llmcompressor.modifiers.utils.hooks import HooksMixin
     from llmcompressor.pipelines.sequential import helpers
-    from llmcompressor.utils.helpers import calibration_forward_context
 
-    targets = {module for _, module in match_named_modules(model, sequential_targets)}
-    ancestors = helpers.get_sequential_ancestors(model, targets)
-    leaves = [name for name, module in model.named_modules() if name and module not in ancestors]
-    batch = {name: value for name, value in sample_input.items()}
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(calibration_forward_context(model))
-        stack.enter_context(HooksMixin.disable_hooks())
-        stack.enter_context(disable_onloading())
-        graph = trace(model, example_kwargs=batch, policy=_policy.get(), leaf_modules=leaves)
-        _check_skeleton(model, graph, batch)
+    graph, targets = traced_model(model, sample_input, sequential_targets)
+    batch = dict(sample_input)
     partitions = helpers.topological_partition(graph, targets, targets_per_subgraph)
     subgraphs = helpers.partition_graph(model, partitions)
     helpers.trace_consumed_names(subgraphs)
@@ -139,6 +127,48 @@ def trace_subgraphs(
         subgraph.owner_graph = graph
         subgraph.consumed_names -= unfed
     return subgraphs
+
+
+def traced_model(model: torch.nn.Module, sample_input: Dict[str, Any],
+                 sequential_targets: List[str]) -> Tuple[torch.fx.GraphModule, Set[torch.nn.Module]]:
+    """The specfx graph :func:`trace_subgraphs` cuts, and the sequential target modules: the
+    model traced on ``sample_input`` (a calibration batch) in llm-compressor's calibration
+    context (no cache, eager attention, the head disabled), into the ancestors of the
+    targets only, and checked against eager on that batch. The graph runs other batches in
+    the same context; a batch that breaks an assumption raises ``GuardError``.
+
+    >>> import specfx.integrations.llmcompressor as m
+    >>> callable(m.traced_model)
+    True
+    """
+    _llmcompressor()
+    from compressed_tensors.offload import disable_onloading
+    from compressed_tensors.utils.match import match_named_modules
+    from llmcompressor.modifiers.utils.hooks import HooksMixin
+    from llmcompressor.pipelines.sequential import helpers
+    from llmcompressor.utils.helpers import calibration_forward_context
+
+    targets = {module for _, module in match_named_modules(model, sequential_targets)}
+    ancestors = helpers.get_sequential_ancestors(model, targets)
+    leaves = [name for name, module in model.named_modules() if name and module not in ancestors]
+    batch = dict(sample_input)
+    # llm-compressor's calibration context puts every module back in the root's train/eval
+    # mode on exit, not each in its own (modules it added, as offset norms, may differ)
+    modes = [(module, module.training) for module in model.modules()]
+    with contextlib.ExitStack() as stack:
+        stack.callback(_restore_modes, modes)
+        stack.enter_context(calibration_forward_context(model))
+        stack.enter_context(HooksMixin.disable_hooks())
+        stack.enter_context(disable_onloading())
+        graph = trace(model, example_kwargs=batch, policy=_policy.get(), leaf_modules=leaves)
+        _check_skeleton(model, graph, batch)
+    return graph, targets
+
+
+def _restore_modes(modes: List[Tuple[torch.nn.Module, bool]]) -> None:
+    for module, mode in modes:
+        if module.training is not mode:
+            module.training = mode
 
 
 def _check_skeleton(model: torch.nn.Module, graph: torch.fx.GraphModule, batch: Dict[str, Any]) -> None:
