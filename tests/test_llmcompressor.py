@@ -104,7 +104,7 @@ def _dataset(lengths):
 
 # How llm-compressor collates the calibration set: one sample a batch (its default), or
 # batches of 2 padded to their longest sample. Both give 4 batches of different lengths; the
-# padded ones also differ in size ((2, 10), (2, 9), (2, 7), (1, 5)) and carry padding masks.
+# padded ones also differ in size ((2, 10), (2, 8), (2, 6), (1, 4)) and carry padding masks.
 COLLATIONS = {
     "single": dict(dataset_lengths=(5, 7, 9, 6), batch_size=1),
     "padded": dict(dataset_lengths=(5, 7, 9, 6, 8, 4, 10), batch_size=2, data_collator="padding",
