@@ -36,6 +36,10 @@ __all__ = ["repeat_module_writes"]
 
 # the attributes torch.fx and specfx add to the root while tracing (constants, foreign modules)
 _GENERATED = ("_tensor_constant", "_torchbind_obj", "_specfx_")
+# flags of libraries' lazy set-ups that their code redoes when the flag is absent: transformers
+# installs its output-collecting hooks on the first call asking for hidden states and marks
+# the model; the trace takes the hooks off again with the flag (StateKeeper's hook tables)
+_LAZY_SETUP_FLAGS = frozenset({"_output_capturing_hooks_installed"})
 
 
 def repeat_module_writes(gm: torch.fx.GraphModule, root: Any, changes: Sequence[TableChange],
@@ -53,6 +57,8 @@ def repeat_module_writes(gm: torch.fx.GraphModule, root: Any, changes: Sequence[
             continue  # (`self.errors = (KeyError,)` again: the state after forward is the one before)
         if change.table == "attributes" and change.key.startswith("_") and _torch_module(root, change.module):
             continue  # torch's own caches (an RNN's `_flat_weights`), which its code rebuilds as it needs
+        if change.table == "attributes" and change.before is ABSENT and change.key in _LAZY_SETUP_FLAGS:
+            continue  # (transformers' hooks went with the flag: the next call that asks installs both)
         reason = _why_not_repeated(change)
         if reason is None:
             rebound.append(change)
