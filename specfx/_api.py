@@ -40,6 +40,7 @@ from ._graph.records import keep_records, rebuild_graph_module  # named by pickl
 from ._frames.source import SourceLocation  # named by pickles of records
 from ._graph.retrace import call_function, call_method, getitem, grad_enabled  # called by generated graph code
 from ._graph.caught import raise_caught  # called by generated graph code
+from ._graph.guard_flow import guarded  # called by generated graph code
 from ._graph.python_random import python_random  # called by generated graph code
 from ._graph.message_text import format_message  # called by generated graph code
 from ._graph.objects import rebuild_object  # called by generated graph code
@@ -116,6 +117,7 @@ __all__ = [
     "guard_truth",
     "guard_type",
     "guard_value",
+    "guarded",
     "guards",
     "keep_records",
     "python_random",

@@ -364,7 +364,7 @@ GUARDS: Mapping[GuardKind, Callable[..., None]] = {
 GUARD_FUNCTIONS: frozenset = frozenset(GUARDS.values())
 # guard function -> its torch.compile / torch.export form (kinds sharing a guard share it); a
 # kind added without a lowering keeps its Python guard (export refuses it, tests fail)
-COMPILED: Mapping[Callable[..., None], Callable[..., None]] = {
+COMPILED: Mapping[Callable[..., None], Callable[..., Optional[torch.Tensor]]] = {
     GUARDS[kind]: LOWERINGS[kind] for kind in GUARDS if kind in LOWERINGS
 }
 # guard function -> the kind its GuardErrors carry (the last kind using it: guard_len -> LEN)

@@ -591,18 +591,32 @@ class TestGuardNamesInGeneratedCode:
 
 
 class TestGuardStatements:
-    """A guard returns nothing, so generated code calls it as a statement of its own,
-    ``specfx_guard_len(split, 2, 'len(split)', 'file.py:12: ...')``, binding no name; the
-    values it was the last user of are still released right after it."""
+    """A guard returns nothing; its result is handed to ``specfx_guarded``, the call the graph's
+    output passes through (so consumers that delete unused nodes keep the guards). The values
+    a guard was the last user of are still released right after it, and a guard nothing uses
+    (a graph edited by hand) is written as a statement of its own, binding no name."""
 
     @pytest.mark.parametrize("transform", [t for t in TRANSFORMS if t is not fx_retraced], ids=lambda t: t.__name__)
-    def test_guards_are_bare_calls(self, gated, transform):
+    def test_guards_feed_the_output(self, gated, transform):
         result = transform(gated[1])
         guards = [n for n in result.graph.nodes if n.target in specfx.guards.GUARD_FUNCTIONS]
         assert len(guards) == 2
-        for node in guards:
-            assert not re.search(rf"\b{node.name}\b", result.code)
-        assert re.search(r"^ +specfx_guard_len\(split, 2, 'len\(split\)', 'tests/test_guards.py:\d+: ", result.code, re.M)
+        (join,) = [n for n in result.graph.nodes if n.target is specfx.guarded]
+        assert all(list(node.users) == [join] for node in guards)
+        assert re.search(r"^ +guard_len = specfx_guard_len\(split, 2, 'len\(split\)', 'tests/test_guards.py:\d+: ",
+                         result.code, re.M)
+        assert re.search(r"^ +guarded = specfx_guarded\(proj, guard_len, guard_truth\)", result.code, re.M)
+
+    def test_a_guard_nothing_uses_is_a_bare_call(self, gated):
+        gm = copy.deepcopy(gated[1])
+        (join,) = [n for n in gm.graph.nodes if n.target is specfx.guarded]
+        join.replace_all_uses_with(join.args[0])
+        gm.graph.erase_node(join)
+        gm.recompile()
+        for node in gm.graph.nodes:
+            if node.target in specfx.guards.GUARD_FUNCTIONS:
+                assert not re.search(rf"\b{node.name}\b", gm.code)
+        assert re.search(r"^ +specfx_guard_len\(split, 2, 'len\(split\)', 'tests/test_guards.py:\d+: ", gm.code, re.M)
 
     @pytest.mark.parametrize("colored", [False, True])
     def test_a_value_last_used_by_a_guard_is_released_after_it(self, colored):
@@ -613,9 +627,9 @@ class TestGuardStatements:
 
         gm = specfx.trace(branch, torch.ones(3), policy=Policy(bool=True))
         code = re.sub(r"\x1b\[[0-9;]*m", "", gm.graph.python_code("self", colored=colored).src)
-        assert "    specfx_guard_truth(gt, True, 'bool(x.sum() > 0)', " in code
+        assert "    guard_truth = specfx_guard_truth(gt, True, 'bool(x.sum() > 0)', " in code
         guard_line = next(line for line in code.splitlines() if "specfx_guard_truth" in line)
-        assert guard_line.endswith(";  gt = None") and "guard_truth =" not in code
+        assert guard_line.endswith(";  gt = None")
         assert torch.equal(gm(torch.ones(3)), torch.full((3,), 2.0))
         with pytest.raises(GuardError, match=re.escape("bool(x.sum() > 0) == True")):
             gm(-torch.ones(3))
@@ -629,7 +643,7 @@ class TestGuardStatements:
                        for lineno, index in code._lineno_map.items()
                        if index is not None and nodes[index].target in specfx.guards.GUARD_FUNCTIONS}
         assert guard_lines.keys() == {"guard_len", "guard_truth"}
-        assert all(line.startswith(f"specfx_{name}(") for name, line in guard_lines.items())
+        assert all(line.startswith(f"{name} = specfx_{name}(") for name, line in guard_lines.items())
 
 
 # -- guards=False ---------------------------------------------------------------------------------

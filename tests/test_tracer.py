@@ -30,11 +30,12 @@ class TestIterLen:
         assert "_tensor_constant" not in gm.code
 
     def test_seed_graph_is_split_getitems_cat(self):
-        """The seed graph is split -> guard -> getitem x2 -> cat, nothing baked."""
+        """The seed graph is split -> guard -> getitem x2 -> cat, nothing baked; the output
+        passes through specfx.guarded (it depends on the guard)."""
         gm = specfx.trace(SplitCat(), torch.randn(1, 4, 10, 10), policy=Policy(iter=True))
         targets = [n.target for n in gm.graph.nodes if n.op == "call_function" and n.target not in ENTRY_CHECKS]
         assert targets == [torch.functional.split, specfx.guard_len, __import__("operator").getitem,
-                           __import__("operator").getitem, torch.cat]
+                           __import__("operator").getitem, torch.cat, specfx.guarded]
 
     def test_seed_guard_points_at_the_star_call(self):
         """Six channels make three chunks: GuardError names the `*x` line."""

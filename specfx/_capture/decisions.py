@@ -23,7 +23,7 @@ from .._policy.policy import Resolved, Specialize
 from .._frames.source import SourceLocation, user_location
 from .values import ValueProxy, state_of, value_of
 from .._graph.specialization import Specialization
-from ..guards import GUARDS, GuardKind
+from ..guards import GUARDS, GuardKind, guard_node_name
 from .python_draws import PythonDraws
 from .session import TraceSession
 from ..errors import SpecializationError
@@ -116,6 +116,7 @@ class Decider:
             guard = self._tracer.create_node(
                 "call_function", GUARDS[decision.kind],
                 (subject.node, *decision.expected, decision.expression, where), {},
+                name=guard_node_name(subject.node, GUARDS[decision.kind]),  # (as a re-trace names it)
             )
             guard_name = guard.name
         self.specializations.append(Specialization(

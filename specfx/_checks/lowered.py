@@ -23,7 +23,7 @@ itself, and ``specfx.export`` rewrites guard nodes with it.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from torch.fx.node import has_side_effect
@@ -47,18 +47,32 @@ def _is_symbolic(value: Any) -> bool:
     return isinstance(value, (torch.SymBool, torch.SymInt, torch.SymFloat))
 
 
-def _assert(condition: Any, message: str, what: str, expected: Any, where: str) -> None:
+def _assert(condition: Any, message: str, what: str, expected: Any, where: str) -> Optional[torch.Tensor]:
     """Emit ``condition`` as a run-time assertion: a tensor or a symbolic bool becomes
-    ``aten._assert_async.msg``; a plain bool is known while exporting and checked now."""
+    ``aten._assert_async.msg``; a plain bool is known while exporting and checked now. Returns
+    the asserted tensor (None when checked now), which ``specfx.guarded`` puts in the data flow
+    of an exported program (``specfx/_graph/guard_flow.py``)."""
     if isinstance(condition, torch.Tensor):
-        torch.ops.aten._assert_async.msg(condition.all(), _one_line(message))
+        holds = condition.all()
+        torch.ops.aten._assert_async.msg(holds, _one_line(message))
+        return holds
     elif isinstance(condition, bool) or torch.compiler.is_dynamo_compiling():
         # known now; under dynamo a condition on sizes becomes a guard of the compiled code
         # (an input that breaks it recompiles, and this raises while compiling)
         if not condition:
             raise GuardError(message, expected=expected, actual="<other>", where=where)
-    else:  # export: scalar_tensor keeps the size symbolic (no guard on it), so it is checked per call
-        torch.ops.aten._assert_async.msg(torch.ops.aten.scalar_tensor.default(condition), _one_line(message))
+        return None
+    # export: scalar_tensor keeps the size symbolic (no guard on it), so it is checked per call
+    holds = torch.ops.aten.scalar_tensor.default(condition)
+    torch.ops.aten._assert_async.msg(holds, _one_line(message))
+    return holds
+
+
+def _both(first: Optional[torch.Tensor], second: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """Two asserted conditions as one (either may be None: checked while exporting)."""
+    if first is None or second is None:
+        return second if first is None else first
+    return torch.logical_and(first.bool(), second.bool())
 
 
 def _equal(value: Any, expected: Any) -> Any:
@@ -79,7 +93,7 @@ def _equal(value: Any, expected: Any) -> Any:
     return value == expected
 
 
-def _check_truth(value: Any, expected: bool, what: str, where: str) -> None:
+def _check_truth(value: Any, expected: bool, what: str, where: str) -> Optional[torch.Tensor]:
     message = exported_guard_failure(f"{what} == {expected}", f"{what} == {not expected}", where)
     if isinstance(value, torch.Tensor):
         condition: Any = value.bool() if expected else value.logical_not()
@@ -88,18 +102,17 @@ def _check_truth(value: Any, expected: bool, what: str, where: str) -> None:
     else:  # a symbolic bool or number: as a tensor, without guarding on it
         number = torch.ops.aten.scalar_tensor.default(value)
         condition = number != 0 if expected else number == 0
-    _assert(condition, message, what, expected, where)
+    return _assert(condition, message, what, expected, where)
 
 
-def _number_check(convert: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., None]:
+def _number_check(convert: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., Optional[torch.Tensor]]:
     """A check that ``convert(value)`` (``int()``, ``float()``, ``.item()``...) is the traced value."""
 
-    def check(value: Any, expected: Any, what: str, where: str) -> None:
+    def check(value: Any, expected: Any, what: str, where: str) -> Optional[torch.Tensor]:
         message = exported_guard_failure(f"{what} == {expected!r}", f"{what} != {expected!r}", where)
         if isinstance(value, torch.Tensor):
-            _assert(_equal(convert(value), expected), message, what, expected, where)
-        else:
-            _assert(_equal(value, expected), message, what, expected, where)
+            return _assert(_equal(convert(value), expected), message, what, expected, where)
+        return _assert(_equal(value, expected), message, what, expected, where)
 
     return check
 
@@ -113,7 +126,7 @@ def _python_type(dtype: torch.dtype) -> type:
     return float if dtype.is_floating_point else int
 
 
-def _typed(check: Callable[..., None]) -> Callable[..., None]:
+def _typed(check: Callable[..., Optional[torch.Tensor]]) -> Callable[..., Optional[torch.Tensor]]:
     """``check``, after checking that the tensor gives Python numbers of the traced type:
     ``.item()`` and ``.tolist()`` answer an int, a float or a bool as the dtype says, and the
     traced value is baked in with its type (``x * x.sum().item()`` traced on float64 gives
@@ -121,7 +134,7 @@ def _typed(check: Callable[..., None]) -> Callable[..., None]:
     tracing, so the type is checked then (dynamo re-traces on another dtype), and the
     exported program asserts the dtype on each call (``aten._assert_tensor_metadata``)."""
 
-    def typed(value: Any, expected: Any, what: str, where: str) -> None:
+    def typed(value: Any, expected: Any, what: str, where: str) -> Optional[torch.Tensor]:
         if isinstance(value, torch.Tensor):
             number = expected
             while isinstance(number, list) and number:
@@ -131,7 +144,7 @@ def _typed(check: Callable[..., None]) -> Callable[..., None]:
                 raise GuardError(exported_guard_failure(f"type({what}) is {traced}", f"type({what}) is {actual}",
                                                         where), expected=traced, actual=actual, where=where)
             torch.ops.aten._assert_tensor_metadata.default(value, dtype=value.dtype)
-        check(value, expected, what, where)
+        return check(value, expected, what, where)
 
     typed.__name__ = check.__name__
     return typed
@@ -141,28 +154,31 @@ def _truncate(value: torch.Tensor) -> torch.Tensor:
     return torch.trunc(value) if value.is_floating_point() else value  # int() rounds toward zero
 
 
-def _check_size(value: Any, dim: int, expected: int, what: str, where: str) -> None:
+def _check_size(value: Any, dim: int, expected: int, what: str, where: str) -> Optional[torch.Tensor]:
     message = exported_guard_failure(f"{what} == {expected}", f"{what} != {expected}", where)
-    _assert(_equal(value.size(dim), expected), message, what, expected, where)
+    return _assert(_equal(value.size(dim), expected), message, what, expected, where)
 
 
-def _check_shape(value: Any, expected: Tuple[int, ...], what: str, where: str) -> None:
+def _check_shape(value: Any, expected: Tuple[int, ...], what: str, where: str) -> Optional[torch.Tensor]:
     if value.dim() != len(expected):
         _static(value.dim(), len(expected), f"{what} (its length)", where)
+    holds = None
     for dim, size in enumerate(expected):
-        _check_size(value, dim, size, f"{what}[{dim}]", where)
+        holds = _both(holds, _check_size(value, dim, size, f"{what}[{dim}]", where))
+    return holds
 
 
-def _check_numel(value: Any, expected: int, what: str, where: str) -> None:
+def _check_numel(value: Any, expected: int, what: str, where: str) -> Optional[torch.Tensor]:
     message = exported_guard_failure(f"{what} == {expected}", f"{what} != {expected}", where)
-    _assert(_equal(value.numel(), expected), message, what, expected, where)
+    return _assert(_equal(value.numel(), expected), message, what, expected, where)
 
 
-def _check_len(value: Any, expected: int, what: str, where: str) -> None:
+def _check_len(value: Any, expected: int, what: str, where: str) -> Optional[torch.Tensor]:
     if isinstance(value, torch.Tensor):  # len() of a tensor is its first dimension
-        _check_size(value, 0, expected, what, where)
-    else:  # a list or tuple has a fixed length in an exported program
-        _static(len(value), expected, what, where)
+        return _check_size(value, 0, expected, what, where)
+    # a list or tuple has a fixed length in an exported program
+    _static(len(value), expected, what, where)
+    return None
 
 
 def _static(actual: Any, expected: Any, what: str, where: str) -> None:
@@ -200,22 +216,22 @@ def _check_identity(kind: str) -> Callable[..., None]:
     return check
 
 
-def _check_tolist(value: Any, expected: Any, what: str, where: str) -> None:
+def _check_tolist(value: Any, expected: Any, what: str, where: str) -> Optional[torch.Tensor]:
     message = exported_guard_failure(f"{what} == {expected!r}", f"{what} != {expected!r}", where)
     if not isinstance(value, torch.Tensor) or value.dim() == 0:
-        _assert(_equal(value, expected), message, what, expected, where)
-        return
+        return _assert(_equal(value, expected), message, what, expected, where)
     shape = torch.tensor(expected).shape  # the traced shape (a nested list of numbers)
+    holds = None
     for dim, size in enumerate(shape):
         if not torch.compiler.is_dynamo_compiling():  # (dynamo: a data-dependent size takes torch._check only)
-            _assert(_equal(value.size(dim), size), message, what, expected, where)
+            holds = _both(holds, _assert(_equal(value.size(dim), size), message, what, expected, where))
         # lets export and dynamo compare with the traced values
         torch._check(value.size(dim) == size, lambda: message)  # type: ignore[no-untyped-call]
-    _assert(_equal(value, expected), message, what, expected, where)
+    return _both(holds, _assert(_equal(value, expected), message, what, expected, where))
 
 
-def _check_index(value: Any, expected: int, what: str, where: str) -> None:
-    _number_check(lambda tensor: tensor)(value, expected, what, where)
+def _check_index(value: Any, expected: int, what: str, where: str) -> Optional[torch.Tensor]:
+    return _number_check(lambda tensor: tensor)(value, expected, what, where)
 
 
 def _check_type(value: Any, expected: str, what: str, where: str) -> None:
@@ -228,16 +244,16 @@ def _check_type(value: Any, expected: str, what: str, where: str) -> None:
     _static(type_name(value), expected, f"type({what})", where)
 
 
-def _check_value(value: Any, expected: Any, what: str, where: str) -> None:
+def _check_value(value: Any, expected: Any, what: str, where: str) -> Optional[torch.Tensor]:
     if _is_symbolic(value):  # a Python number input export made dynamic
-        _assert(_equal(value, expected), exported_guard_failure(f"{what} == {expected!r}", f"{what} != {expected!r}", where),
+        return _assert(_equal(value, expected), exported_guard_failure(f"{what} == {expected!r}", f"{what} != {expected!r}", where),
                 what, expected, where)
-    else:
-        _static(fingerprint(value), expected, what, where)
+    _static(fingerprint(value), expected, what, where)
+    return None
 
 
 # guard kind -> the export-/compile-native check that replaces its guard
-LOWERINGS: Dict[GuardKind, Callable[..., None]] = {
+LOWERINGS: Dict[GuardKind, Callable[..., Optional[torch.Tensor]]] = {
     GuardKind.ITER: _check_len,
     GuardKind.UNPACK: _check_len,
     GuardKind.LEN: _check_len,

@@ -19,12 +19,14 @@ from .._frames import caught as _caught
 from .._capture import patches as _patches
 from .._graph.specialization import Specialization
 from .._capture.deferred import DeferredFailure
-from .options import check_autowrap, check_leaf_modules, guard_concrete_args, tensor_defaults_as_inputs, traceable_root
+from .options import (check_autowrap, check_concrete_arg, check_leaf_modules, guard_concrete_args,
+                      tensor_defaults_as_inputs, traceable_root)
 from .._policy.policy import Policy, Specialize, parse_flags
 from .._policy.spelling import spelling
 from .._policy import messages as _messages
 from .._graph.records import keep_records
 from .._graph.report import specializations
+from .._graph.guard_flow import thread_guards
 from .._graph.retrace import retraceable
 from .._capture.model_entry import refuse_module_machinery, watch_model
 from .._capture.module_writes import repeat_module_writes
@@ -159,6 +161,9 @@ def trace(
         if concrete_args:
             guard_concrete_args(gm)
     retraceable(gm)  # before the records: a re-trace by any tracer reproduces this graph
+    # the output depends on the guards: consumers that delete unused nodes or assertions keep them
+    if guards and thread_guards(gm.graph, lambda target: target is check_concrete_arg):
+        gm.recompile()
     attach(gm, [*_inherited_records(root), *tracer.specializations], policy)
     _warn_degenerate(tracer.specializations)
     if check_inputs is not None:

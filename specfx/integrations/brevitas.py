@@ -30,6 +30,7 @@ from brevitas.backport.fx import node as _brevitas_node  # type: ignore[import-u
 from brevitas.backport.fx.graph import Graph as BrevitasGraph  # type: ignore[import-untyped]
 from brevitas.backport.fx.graph_module import GraphModule as BrevitasGraphModule  # type: ignore[import-untyped]
 
+from .._graph.guard_flow import brevitas_checks, guarded
 from .._graph.records import RECORDS, keep_records
 from .._graph.structure import is_plain
 from ..guards import GUARD_FUNCTIONS, GUARDS, guard_node_name
@@ -90,6 +91,8 @@ def to_brevitas_graph(gm: torch.fx.GraphModule) -> Any:
         name = node.name
         if node.op == "call_function" and node.target in GUARD_FUNCTIONS and node.args:
             name = guard_node_name(node.args[0], node.target) or name  # as a re-trace names it
+        if node.op == "call_function" and node.target is guarded:
+            args = (args[0], *brevitas_checks(args[1:], lambda check: check))
         twin = graph.create_node(node.op, node.target, args, kwargs, name=name, type_expr=node.type)
         twin.meta = dict(node.meta)
         copies[node] = twin

@@ -54,7 +54,7 @@ __all__ = ["LOWERINGS", "export", "lower_guards", "lowered_guard"]
 
 DynamicShapes = Union[str, Dict[str, Any], Tuple[Any, ...], list, None]
 
-def lowered_guard(guard: Callable[..., None]) -> Optional[Callable[..., None]]:
+def lowered_guard(guard: Callable[..., None]) -> Optional[Callable[..., Optional[torch.Tensor]]]:
     """The export-/compile-native check for a guard function (``None`` if it is not one).
 
     >>> import specfx
@@ -74,8 +74,8 @@ def lower_guards(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
     >>> import torch, specfx
     >>> gm = specfx.trace(lambda x: x if x.sum() > 0 else -x, torch.ones(2), policy="bool")
-    >>> [n.target.__name__ for n in lower_guards(gm).graph.nodes if n.op == "call_function"][-1]
-    '_check_truth'
+    >>> [n.target.__name__ for n in lower_guards(gm).graph.nodes if n.op == "call_function"][-2:]
+    ['_check_truth', 'guarded']
     """
     graph = copy.deepcopy(gm.graph)
     run_time_reads(graph)  # decisions export would answer once, on fake values: asked per call

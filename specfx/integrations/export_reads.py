@@ -29,10 +29,13 @@ from .. import guards
 __all__ = ["check_read", "run_time_reads"]
 
 
-def check_read(value: torch.Tensor, read: str, expected: str, what: str, where: str) -> None:
-    """A decision on ``read`` of ``value`` checked per call (``specfx::check``, asserted)."""
+def check_read(value: torch.Tensor, read: str, expected: str, what: str, where: str) -> torch.Tensor:
+    """A decision on ``read`` of ``value`` checked per call (``specfx::check``, asserted); the
+    asserted result, for ``specfx.guarded`` to put in the program's data flow."""
     message = exported_guard_failure(f"{what} == {expected}", f"{what} != {expected}", where)
-    torch.ops.aten._assert_async.msg(check(value, read, expected, what, where), one_line(message))
+    holds = check(value, read, expected, what, where)
+    torch.ops.aten._assert_async.msg(holds, one_line(message))
+    return holds
 
 
 has_side_effect(check_read)  # dead-code elimination keeps it

@@ -39,7 +39,7 @@ def measure(name: str, model: nn.Module, example: tuple, repeats: int) -> Dict[s
     policy = Policy(bool=True)
     guarded = specfx.trace(model, example, policy=policy)
     unguarded = specfx.trace(model, example, policy=policy, guards=False)
-    guards = sum(1 for node in guarded.graph.nodes if "guard" in getattr(node.target, "__name__", ""))
+    guards = sum(1 for node in guarded.graph.nodes if getattr(node.target, "__name__", "").startswith("guard_"))
     # A second unguarded copy gives the noise floor: its ratio to the first should be 1.
     control = specfx.trace(model, example, policy=policy, guards=False)
     runs: Dict[str, List[float]] = {"guarded": [], "unguarded": [], "control": []}

@@ -184,9 +184,9 @@ MUTANTS = (
     Mutant("export-len-lowering-empty", "the exported length guard checks nothing",
            "specfx/_checks/lowered.py",
            "    if isinstance(value, torch.Tensor):  # len() of a tensor is its first dimension\n"
-           "        _check_size(value, 0, expected, what, where)\n",
+           "        return _check_size(value, 0, expected, what, where)\n",
            "    if isinstance(value, torch.Tensor):  # len() of a tensor is its first dimension\n"
-           "        return\n",
+           "        return None\n",
            ("tests/test_export.py",)),
     Mutant("export-dtype-lowering-empty", "the exported dtype guard checks nothing at run time",
            "specfx/_checks/lowered.py",
