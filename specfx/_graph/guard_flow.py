@@ -53,6 +53,12 @@ def _proxy_tracer(values: tuple) -> Any:
 def guarded(value: Any, *checks: Any) -> Any:
     """``value``, after the guards ``checks`` (their results: None at run time, the asserted
     conditions under ``torch.export``)."""
+    for check in checks:  # a plain call: every guard before it returned None
+        if check is not None:
+            break
+    else:
+        if not (isinstance(value, Proxy) or _is_foreign_proxy(value)):
+            return value
     tracer = _proxy_tracer((value, *checks))
     if tracer is not None:  # re-traced: record the call, so the re-traced output depends on the guards
         if not isinstance(tracer, torch.fx.Tracer):  # another FX copy (Brevitas'): see brevitas_checks
