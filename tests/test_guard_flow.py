@@ -1,16 +1,11 @@
 """Guards in the data flow (specfx/_graph/guard_flow.py): a consumer that deletes the nodes no
 output uses, or the assertion ops, keeps the guards, so a guard-breaking input still fails.
 
-The consumers are simulated here by passes written from their documented behaviour (the real
-clients run in their own environments, tests/test_clients_*.py under .ci/run):
-
-- Sony MCT rebuilds a model from its own torch.fx trace and keeps only the nodes an output
-  depends on: :func:`keep_used_nodes` re-traces with ``torch.fx.symbolic_trace`` and deletes every
-  node without users, side-effect registrations ignored.
-- ExecuTorch's ``to_executorch()`` runs ``RemoveGraphAssertsPass``: it erases
-  ``aten._assert_async.msg``, ``aten._assert_scalar``, ``aten.sym_constrain_range(_for_size)`` and
-  ``aten._assert_tensor_metadata`` from every graph module, then eliminates dead code. The
-  real pass runs when executorch is installed; otherwise :func:`remove_graph_asserts` does the same.
+The consumers are simulated here by passes written from their documented behaviour
+(tools/peers/consumer_passes.py: Sony MCT keeps only the nodes an output depends on,
+ExecuTorch's RemoveGraphAssertsPass erases the assertion ops; the real pass runs when executorch
+is installed). The real clients run in their own environment under .ci/run:
+tests/test_executorch.py, tests/test_mct.py, tests/test_nncf.py.
 """
 
 from __future__ import annotations
@@ -23,54 +18,13 @@ from torch import nn
 
 import specfx
 from specfx import GuardError
-
-
-def keep_used_nodes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """MCT's view: its own trace of the graph, every node without users deleted (repeatedly)."""
-    retraced = torch.fx.symbolic_trace(gm)
-    graph = retraced.graph
-    changed = True
-    while changed:
-        changed = False
-        for node in reversed(list(graph.nodes)):
-            if node.op not in ("placeholder", "output") and not node.users:
-                graph.erase_node(node)
-                changed = True
-    retraced.recompile()
-    return retraced
-
-
-_ASSERTS = (
-    torch.ops.aten._assert_async.msg,
-    torch.ops.aten._assert_scalar.default,
-    torch.ops.aten.sym_constrain_range_for_size.default,
-    torch.ops.aten.sym_constrain_range.default,
-    torch.ops.aten._assert_tensor_metadata.default,
-)
-
-
-def remove_graph_asserts(gm: torch.fx.GraphModule) -> None:
-    """ExecuTorch's RemoveGraphAssertsPass (exir/passes/remove_graph_asserts_pass.py), in place."""
-    try:
-        from executorch.exir.passes.remove_graph_asserts_pass import RemoveGraphAssertsPass
-    except ImportError:
-        for module in gm.modules():
-            if isinstance(module, torch.fx.GraphModule):
-                for node in list(module.graph.nodes):
-                    if node.op == "call_function" and node.target in _ASSERTS:
-                        module.graph.erase_node(node)
-                module.recompile()
-                module.graph.eliminate_dead_code()
-        gm.recompile()
-        return
-    RemoveGraphAssertsPass()(gm)
-    gm.recompile()
+from tools.peers.consumer_passes import ASSERTS, keep_used_nodes, remove_graph_asserts
 
 
 def _asserts_removed(program: torch.export.ExportedProgram) -> torch.fx.GraphModule:
     module = program.module()
     remove_graph_asserts(module)
-    assert not any(node.target in _ASSERTS for node in module.graph.nodes)
+    assert not any(node.target in ASSERTS for node in module.graph.nodes)
     return module
 
 

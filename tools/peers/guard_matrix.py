@@ -26,6 +26,7 @@ import inspect
 import io
 import pathlib
 import sys
+import traceback
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -33,6 +34,7 @@ import torch
 from torch import nn
 
 import specfx
+from tools.peers.consumer_passes import keep_used_nodes, remove_graph_asserts
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guarantees.md"
 BEGIN, END = "<!-- begin: python -m tools.peers.guard_matrix -->", "<!-- end: python -m tools.peers.guard_matrix -->"
@@ -373,6 +375,16 @@ def _brevitas_retraced(c: Case, model: nn.Module, gm: torch.fx.GraphModule, args
     return preprocess_for_quantize(copy.deepcopy(gm))  # re-traces with Brevitas' tracer
 
 
+def _unused_deleted(c: Case, model: nn.Module, gm: torch.fx.GraphModule, args: tuple, kwargs: dict) -> Any:
+    """Sony MCT's view: the graph re-traced, every node no output depends on deleted."""
+    return keep_used_nodes(copy.deepcopy(gm))
+
+
+def _asserts_removed(c: Case, model: nn.Module, gm: torch.fx.GraphModule, args: tuple, kwargs: dict) -> Any:
+    """ExecuTorch's view: the exported program's assertion ops erased, as to_executorch() does."""
+    return remove_graph_asserts(_exported(c, model, gm, args, kwargs).module())
+
+
 Tool = Callable[[Case, nn.Module, torch.fx.GraphModule, tuple, dict], Any]
 TOOLS: Dict[str, Tool] = {
     "graph": lambda c, model, gm, a, k: gm,
@@ -387,15 +399,18 @@ TOOLS: Dict[str, Tool] = {
     "quantize_fx": _fx_quantized,
     "PT2E": _pt2e_quantized,
     "Brevitas re-trace": _brevitas_retraced,
+    "unused nodes deleted": _unused_deleted,
+    "asserts removed": _asserts_removed,
 }
 QUANTIZED = frozenset({"quantize_fx", "PT2E"})
 
 
 # -- a cell --------------------------------------------------------------------------------------------
 
-SOUND = ("raises", "equal", "refuses")
+SOUND = ("raises", "fails", "equal", "refuses")
 VERDICTS = {
     "raises": "✓ raises",     # the breaking input raises specfx's error
+    "fails": "✓ fails",       # the program's data-flow check fails the call (no assertion left to word it)
     "equal": "✓ eager",       # the breaking input gives eager's result
     "refuses": "✓ refuses",   # the tool refuses when applied, in specfx's words
     "silent": "✗ silent",     # a result that is not eager's, without a word
@@ -434,6 +449,13 @@ def _specfx_error(error: BaseException) -> bool:
     return isinstance(error, specfx.SpecfxError) or "specfx guard failed" in str(error)
 
 
+def _flow_check_failed(error: BaseException) -> bool:
+    """specfx.guarded's out-of-range index_select (an exported program whose assertions were erased)."""
+    return isinstance(error, IndexError) and "index out of range" in str(error) and any(
+        frame.name == "forward" and "index_select" in (frame.line or "")
+        for frame in traceback.extract_tb(error.__traceback__))
+
+
 def measure(c: Case, tool: str) -> Tuple[str, str]:
     """(verdict, what happened) of one cell."""
     with warnings.catch_warnings():
@@ -467,6 +489,8 @@ def _measure(c: Case, tool: str) -> Tuple[str, str]:
     except Exception as error:
         if _specfx_error(error):
             return "raises", f"{type(error).__name__}: {error}"
+        if _flow_check_failed(error):
+            return "fails", f"{type(error).__name__}: {error}"
         return "error", f"breaking input: {type(error).__name__}: {error}"
     if not isinstance(want, Exception) and _close(got, want, tool):
         return "equal", "breaking input: eager's result"
@@ -481,6 +505,11 @@ EXPECTED_OTHERWISE: Dict[Tuple[str, str], str] = {
     ("keys", "PT2E"): "refuses",
     ("try/except mark", "Interpreter"): "error",  # runs the nodes one by one: the op's own error
     ("try/except mark", "Brevitas re-trace"): "refuses",  # its fx copy cannot keep the handler
+    ("keys", "asserts removed"): "refuses",  # (export refuses, as above)
+    # a data or size decision of an exported program is an assertion; erased (as ExecuTorch erases
+    # it), its condition still feeds the output (specfx.guarded), whose out-of-range index fails the call
+    **{(name, "asserts removed"): "fails" for name in (
+        "iter", "len", "bool: data", "bool: shape", "bool: stride", "int", "index", "float", "item", "tolist")},
 }
 
 
