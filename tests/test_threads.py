@@ -4,6 +4,7 @@ False, torch.nested working. Synchronized with barriers, never sleeps."""
 from __future__ import annotations
 
 import builtins
+import math
 import threading
 
 import torch
@@ -11,6 +12,7 @@ import torch.fx._symbolic_trace as fx_trace
 from torch import nn
 
 import specfx
+from specfx import SpecTracer
 
 TIMEOUT = 30  # seconds; a barrier that times out fails the test instead of hanging it
 
@@ -121,3 +123,14 @@ class TestOtherThreads:
         specfx.trace(Leaks(), (torch.ones(2),))
         thread.join()
         assert result["is_tensor"] is False
+
+
+class TestAutowrapElsewhere:
+    def test_a_tracer_made_while_another_thread_traces_lists_maths_own_functions(self):
+        """torch.fx wraps math's functions in math's dict while it traces; a tracer made meanwhile
+        listed those wrappers' ids, which once freed named other objects (a `torch.fx.wrap`-ed
+        function's wrapper, wrapped twice then and left in its module after the trace)."""
+        _, made_meanwhile = trace_while(SpecTracer)
+        at_rest = SpecTracer()
+        assert id(math.degrees) in made_meanwhile._autowrap_function_ids
+        assert made_meanwhile._autowrap_function_ids == at_rest._autowrap_function_ids

@@ -37,13 +37,13 @@ import gc
 import sys
 import threading
 import types
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import torch.fx._symbolic_trace as _fx_trace
 
 __all__ = ["ModelType", "Session", "active", "answer_type", "confine_fx_tracing_flag", "fx_tracing_off",
            "no_full_collections", "patch", "patch_calls", "patch_classmethod", "shadow_type",
-           "previous", "restore_fx_tracing", "tracing"]
+           "previous", "restore_fx_tracing", "tracing", "unpatched", "autowrap_ids"]
 
 _ABSENT: Any = object()
 _Key = Tuple[int, str]
@@ -205,6 +205,33 @@ def previous(owner: Any, name: str) -> Any:
     with _LOCK:
         slot = _SLOTS.get((id(owner), name))
         return _callable(owner, name) if slot is None else slot.before
+
+
+
+# What torch.fx's _Patcher.patch marks its wrappers with (name-mangled in its class body).
+_FX_WRAPPER_MARK = "_Patcher__fx_already_patched"
+
+
+def unpatched(owner: Any, name: str) -> Any:
+    """``owner.name`` as it is between traces: without specfx's dispatcher, and without the
+    wrapper a torch.fx trace (of any thread) puts there while it runs (``math.sqrt``, autowrapped)."""
+    value = previous(owner, name)
+    while _FX_WRAPPER_MARK in getattr(value, "__dict__", ()) and hasattr(value, "__wrapped__"):
+        value = value.__wrapped__
+    return value
+
+
+def autowrap_ids(modules: Any, functions: Any) -> Set[int]:
+    """The ids torch.fx's tracer autowraps: the public functions of ``modules`` and ``functions``.
+
+    torch.fx reads them from the modules' dicts when a tracer is made; made while another
+    thread traces, it would list that trace's wrappers of ``math``'s functions, which are freed when
+    that trace ends. Their ids then name new objects, such as the wrapper torch.fx makes for a
+    ``torch.fx.wrap``-ed function: wrapped twice, it is left in the model's module after the trace.
+    """
+    ids = {id(unpatched(module, name)) for module in modules for name, value in list(vars(module).items())
+           if not name.startswith("_") and callable(value)}
+    return ids | {id(function) for function in functions}
 
 
 # -- `type(x)` in model code ------------------------------------------------------------------

@@ -174,6 +174,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         trace_through: Optional[Iterable[Any]] = None,
     ) -> None:
         super().__init__(autowrap_modules, autowrap_functions, param_shapes_constant)  # type: ignore[arg-type]  # torch annotates a 1-tuple
+        # (torch.fx's list, read again without the wrappers another thread's trace may have installed)
+        self._autowrap_function_ids = _patches.autowrap_ids(autowrap_modules, autowrap_functions)
         self.module_stack = _ModuleStack()
         policy = policy if policy is not None else Policy()
         if param_shapes_constant:
