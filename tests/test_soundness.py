@@ -602,6 +602,15 @@ class TestTypeOfTracedValues:  # class 7, type(x)
         gm = specfx.trace(scale, (torch.ones(2), 3))
         assert torch.equal(gm(torch.ones(2), 3), scale(torch.ones(2), 3))
 
+    def test_type_of_a_class_is_type_while_traced(self):
+        def f(x):
+            plain = type(nn.Linear) is type and type(type) is type and type(int) == type  # noqa: E721
+            return x * 2 if plain and type(x) is torch.Tensor and type(3) is int else x
+
+        gm = specfx.trace(f, torch.ones(2))
+        assert torch.equal(gm(torch.ones(2)), f(torch.ones(2)))
+        assert torch.equal(gm(torch.ones(2)), torch.full((2,), 2.0))
+
     def test_type_keeps_its_other_uses_while_traced(self):
         def f(x):
             made = type("Made", (), {"k": 2})  # three arguments: a class

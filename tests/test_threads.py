@@ -125,6 +125,31 @@ class TestOtherThreads:
         assert result["is_tensor"] is False
 
 
+def type_checks():
+    """Run by another thread while this module's code is traced (its `type` is specfx's then)."""
+    return {
+        "type(cls) is type": type(PausesWhileTracing) is type,
+        "type(nn.Module) == type": type(nn.Module) == type,  # noqa: E721
+        "type(type) is type": type(type) is type,
+        "type(int) in (type,)": type(int) in (type,),
+        "type(3) is int": type(3) is int,
+        "type(obj) is type": type(_Observations({})) is type,
+        "isinstance(int, type)": isinstance(int, type),
+        "issubclass(bool, type)": issubclass(bool, type),
+        "type.__name__": type.__name__,
+        "{type: ...}[type(int)]": {type: "a class"}.get(type(int)),
+        "int.__class__ == type": int.__class__ == type,  # noqa: E721
+    }
+
+
+class TestTypeElsewhere:
+    def test_type_calls_of_the_traced_module_answer_as_eager_in_another_thread(self):
+        _, there = trace_while(lambda: (globals()["type"] is builtins.type, type_checks()))
+        shadowed_builtin_seen, answers = there
+        assert shadowed_builtin_seen is False  # the trace did shadow `type` here: the checks below ran on it
+        assert answers == type_checks()
+
+
 class TestAutowrapElsewhere:
     def test_a_tracer_made_while_another_thread_traces_lists_maths_own_functions(self):
         """torch.fx wraps math's functions in math's dict while it traces; a tracer made meanwhile

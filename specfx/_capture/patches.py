@@ -243,17 +243,27 @@ def autowrap_ids(modules: Any, functions: Any) -> Set[int]:
 # calls the session's answer for a one-argument call (the traced value's class) and is the builtin
 # for everything else: a call with three arguments makes a class, isinstance(c, type) and
 # issubclass(c, type) answer as for the builtin, and any other thread gets the builtin's answers.
+# Where the builtin would return itself (`type(SomeClass)`), the call returns ModelType, the
+# module's `type`, so `type(cls) is type` holds in the tracing thread and in every other one.
 
 
 class _TypeOfModelCode(type):
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs:
             session = _session_now()
-            if session is not None:
-                answer = session.lookup(_TYPE_ANSWER)
-                if answer is not None:
-                    return answer(args[0])
+            answer = session.lookup(_TYPE_ANSWER) if session is not None else None
+            kind = answer(args[0]) if answer is not None else builtins.type(args[0])
+            # The module's `type` is this class: `type(SomeClass) is type` holds as in eager, in
+            # every thread that runs the module's code meanwhile.
+            return cls if kind is builtins.type or kind is _TypeOfModelCode else kind
         return builtins.type(*args, **kwargs)
+
+    # `obj.__class__ == type`, `{type: ...}[kind]`: the builtin, compared or hashed, is this class.
+    def __eq__(cls, other: Any) -> bool:
+        return other is cls or other is builtins.type
+
+    def __hash__(cls) -> int:
+        return hash(builtins.type)
 
     def __instancecheck__(cls, instance: Any) -> bool:
         return isinstance(instance, builtins.type)
