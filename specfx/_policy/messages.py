@@ -43,6 +43,12 @@ FX_MESSAGES["contains"] = FX_MESSAGES[Specialize.ITER_LEN]
 _FX_EXCEPTION_OF_KIND = {"len": RuntimeError, "int": TypeError, "float": TypeError, "index": TypeError}
 
 
+def _first_few(items: Sequence[str], separator: str, limit: int) -> str:
+    """The first ``limit`` items joined, and an ellipsis when more were left out."""
+    shown = separator.join(items[:limit])
+    return shown + (separator + "..." if len(items) > limit else "")
+
+
 def _error_class(kind: Optional[str]) -> type:
     builtin = _FX_EXCEPTION_OF_KIND.get(kind or "")
     return compatible_error_class(builtin) if builtin else SpecializationError
@@ -418,7 +424,7 @@ def fit_variant_limit(index: int, limit: int, misses: Sequence[Tuple[int, str, s
 
 def _calibration_batch(index: int, failing: Sequence[int], given: bool) -> Tuple[str, str]:
     example = "the example inputs" if given else "the example (batch 0)"
-    shown = ", ".join(str(i) for i in failing[:5]) + (", ..." if len(failing) > 5 else "")
+    shown = _first_few([str(i) for i in failing], ", ", 5)
     others = f"{len(failing)} batches fail: {shown}" if len(failing) > 1 else "the only batch that fails"
     return f"batch {index} of the calibration set ({others})", example
 
@@ -496,7 +502,7 @@ def list_is_one_argument() -> str:
 
 def training_mode(model: str, modules: Sequence[Tuple[str, str]]) -> str:
     """A model traced in training mode, with modules (qualified name, class) for which the mode matters."""
-    shown = ", ".join(f"{name} ({kind})" for name, kind in modules[:3]) + (", ..." if len(modules) > 3 else "")
+    shown = _first_few([f"{name} ({kind})" for name, kind in modules], ", ", 3)
     return (
         f"{model} is traced in training mode, and {len(modules)} of its modules compute differently in "
         f"training ({shown}), so the graph computes as training does (dropout drawn, batch "
@@ -658,8 +664,8 @@ def python_state_changes(changes: List[str], location: Optional[SourceLocation])
     """forward changed Python state outside the model and its inputs (put back before raising)."""
     where = f"\n  at {location.describe()}" if location else ""
     return (
-        f"forward changes Python state outside the model and its inputs ({'; '.join(changes[:5])}"
-        f"{'; ...' if len(changes) > 5 else ''}): a graph cannot repeat the change, so every call would "
+        f"forward changes Python state outside the model and its inputs ({_first_few(changes, '; ', 5)}): "
+        f"a graph cannot repeat the change, so every call would "
         f"compute with the value the trace saw while eager's moves on (specfx put it back).\n"
         f"Fix: keep such state on the model as a tensor buffer updated in place (`self.steps.add_(1)`), "
         f"which the graph repeats, or pass it in and return it.{where}"
@@ -670,7 +676,7 @@ def model_state_changes(changes: List[str], location: Optional[SourceLocation]) 
     """forward changed the model in a way no graph repeats (put back before raising)."""
     where = f"\n  at {location.describe()}" if location else ""
     return (
-        f"forward changes the model's state ({'; '.join(changes[:5])}{'; ...' if len(changes) > 5 else ''}): "
+        f"forward changes the model's state ({_first_few(changes, '; ', 5)}): "
         f"a graph repeats writes to tensors (in place, or a traced tensor bound to an attribute), not "
         f"Python values, new parameters, buffers or submodules, or the model's Python objects, so every "
         f"call would compute with the state the trace saw while eager's moves on (specfx left the model "
@@ -684,8 +690,8 @@ def model_state_changes(changes: List[str], location: Optional[SourceLocation]) 
 def model_changed(changes: List[str]) -> str:
     """A graph's entry check: the model it was traced from changed since (see _graph/model_watch.py)."""
     return (
-        f"specfx guard failed: the model changed since the graph was traced ({'; '.join(changes[:5])}"
-        f"{'; ...' if len(changes) > 5 else ''}). The graph holds the tensors and submodules it traced and "
+        f"specfx guard failed: the model changed since the graph was traced ({_first_few(changes, '; ', 5)}). "
+        f"The graph holds the tensors and submodules it traced and "
         f"has inlined the hooks of the modules it traced through, so it would not compute what the model "
         f"computes now.\n"
         f"Fix: trace the model again (specfx.trace(model, example_inputs, ...)); to keep this graph as it "
@@ -711,8 +717,8 @@ def mode_changed(traced_training: bool, where: str) -> str:
 def lazy_modules(names: List[str]) -> str:
     """The model has lazy modules whose parameters are not made yet (refused before tracing)."""
     return (
-        f"the model has lazy modules whose parameters are not made yet ({', '.join(names[:5])}"
-        f"{', ...' if len(names) > 5 else ''}): their first forward draws the weights, which a trace "
+        f"the model has lazy modules whose parameters are not made yet ({_first_few(names, ', ', 5)}): "
+        f"their first forward draws the weights, which a trace "
         f"would do with your model's parameters (tracing never changes the model), and a graph made "
         f"then would hold weights eager's first call draws differently.\n"
         f"Fix: run one forward on an example first (model(example)), so that the weights are made, "
