@@ -32,9 +32,10 @@ import torch
 from torch.fx.node import has_side_effect
 from torch.fx.proxy import Proxy
 
-from ._checks.kinds import GuardKind, fingerprint, same_value, type_name
+from ._checks.defaults import LEFT_OUT, default_object
+from ._checks.kinds import IDENTITY, GuardKind, fingerprint, identity_print, same_value, type_name
 from ._checks.lowered import LOWERINGS
-from ._policy.messages import describe_identity, guard_failure
+from ._policy.messages import describe_identity, guard_failure, short_repr
 from .errors import GuardError
 
 __all__ = [
@@ -314,6 +315,17 @@ def guard_type(value: Any, expected: str, what: str, where: str) -> None:
 @_guard
 def guard_value(value: Any, expected: Any, what: str, where: str) -> None:
     """Fail unless the Python value ``value`` is ``expected`` (same type and value; see :func:`fingerprint`)."""
+    if isinstance(expected, str) and expected.startswith(IDENTITY):  # an object forward tests by identity
+        if expected.startswith(IDENTITY + "default:"):
+            key = expected[len(IDENTITY + "default:"):]
+            holds = (type(value) is str and value == LEFT_OUT + key) or value is default_object(key)
+        else:
+            holds = identity_print(value) == expected
+        if not holds:
+            traced = "left out (its default)" if expected.startswith(IDENTITY + "default:") else "the very object it was traced with"
+            _fail(what, expected, fingerprint(value), where, claim=f"{what} is {traced}",
+                  observed=f"{what} is another object, {short_repr(value)}")
+        return
     actual = fingerprint(value)
     if not same_value(actual, expected):
         _fail(what, expected, actual, where)

@@ -483,18 +483,21 @@ class TestFirstHourMistakes:
     def test_numpy_example_is_refused_with_the_fix(self, model):
         """A numpy example is refused before the trace (never a crash inside torch), naming the input and the fix."""
         numpy = pytest.importorskip("numpy")
-        with pytest.raises(TypeError) as caught:
+        with pytest.raises(specfx.SpecializationError) as caught:
             specfx.trace(model, numpy.ones((2, 4), dtype=numpy.float32))
-        assert str(caught.value) == (
+        line = inspect.getsourcelines(type(model).forward)[1]
+        assert str(caught.value).startswith(
             "example input x is a numpy.ndarray (shape (2, 4), dtype float32); specfx traces tensors, and the graph "
-            "takes tensors. Pass torch.from_numpy(x) as the example, and convert arrays the same way before "
+            "takes tensors (held as a constant, the array would be this example's for every call).\n"
+            "Fix: pass torch.from_numpy(x) as the example, and convert arrays the same way before "
             "calling the graph (if forward converts arrays itself, with torch.as_tensor or torch.from_numpy, move "
-            "that conversion out of forward)")
+            f"that conversion out of forward)\n  at tests/test_errors.py:{line}: def forward(self, x):")
+        assert caught.value.location.startswith(f"tests/test_errors.py:{line}")
 
     def test_numpy_inside_a_structure_is_named_by_its_path(self):
         """An array inside a dict input is named by its key path."""
         numpy = pytest.importorskip("numpy")
-        with pytest.raises(TypeError, match=r"^example input batch\['pixels'\] is a numpy.ndarray"):
+        with pytest.raises(specfx.SpecializationError, match=r"^example input batch\['pixels'\] is a numpy.ndarray"):
             specfx.trace(lambda batch: batch["pixels"] * 2, example_kwargs={"batch": {"pixels": numpy.ones(3)}})
 
     def test_training_mode_warns_once(self):

@@ -15,6 +15,7 @@ same graph ``torch.fx.symbolic_trace`` does.
 
 from __future__ import annotations
 
+import builtins
 import collections
 import contextvars
 import contextlib
@@ -140,6 +141,29 @@ class _ModuleStack(collections.OrderedDict[str, Any]):
         if last is None or last != self:  # (order-sensitive: both are OrderedDicts)
             last = self._last = collections.OrderedDict(self)
         return last
+
+
+_NUMBERS = (int, float, complex, bool)
+
+
+def _operand_value(form: Tuple[Any, ...], names: Any, space: Optional[Dict[str, Any]]) -> Any:
+    """The value of an identity test's other operand (:attr:`TypeCheck.other`), MISSING if unknown."""
+    if not form:
+        return MISSING
+    where, name, *attributes = form
+    if where == "const":
+        value = name
+    elif where == "local":
+        value = names.get(name, MISSING)
+    else:
+        value = space.get(name, MISSING) if space is not None else MISSING
+        if value is MISSING and space is not None:
+            value = getattr(builtins, name, MISSING)
+    for attribute in attributes:
+        if value is MISSING or isinstance(value, Proxy):
+            return MISSING
+        value = getattr(value, attribute, MISSING)
+    return value
 
 
 class SpecTracer(ValueDemands, torch.fx.Tracer):
@@ -549,8 +573,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         if not concrete_args and (self.examples is not None or structured_root(self.root)):
             fn, leaves, self._codegen = create_structured_args(
                 self, root_fn, is_module, self.examples,
-                baked=lambda proxy, value, label: self.decide(Decision(
-                    proxy, GuardKind.VALUE, Specialize.NONE, value, (fingerprint(value),), label, f"`{label}`",
+                baked=lambda proxy, value, label, expected: self.decide(Decision(
+                    proxy, GuardKind.VALUE, Specialize.NONE, value, (expected,), label, f"`{label}`",
                     location=where)),
                 none_input=lambda proxy: self._none(proxy, where),
                 call=with_root_hooks(root_fn, self.root, self.refuse) if is_module else root_fn,
@@ -792,7 +816,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
                 if check.kind == "rng":
                     self._refuse_generator_control(check, frame.f_locals, frame.f_globals, frame.f_code)
                 else:
-                    self._refuse_type_of_proxy(check, frame.f_locals, frame.f_code)
+                    self._refuse_type_of_proxy(check, frame.f_locals, frame.f_code, frame.f_globals)
 
     def _check_returned_frames(self, code: Optional[types.CodeType]) -> None:
         """A forward returned (``code``; None: the trace ended): check the watched frames again
@@ -839,7 +863,7 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             if check.kind == "rng":
                 self._refuse_generator_control(check, bound, space, code)
             else:
-                self._refuse_type_of_proxy(check, bound, code)
+                self._refuse_type_of_proxy(check, bound, code, space)
 
     def _refuse_generator_control(self, check: TypeCheck, names: Any, space: Dict[str, Any],
                                   code: types.CodeType) -> None:
@@ -863,7 +887,8 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
             _messages.refused_inside_code(what, *_messages.GENERATOR_CONTROL_REFUSAL, location),
             operation=what, location=str(location)))
 
-    def _refuse_type_of_proxy(self, check: TypeCheck, names: Any, code: types.CodeType) -> None:
+    def _refuse_type_of_proxy(self, check: TypeCheck, names: Any, code: types.CodeType,
+                              space: Optional[Dict[str, Any]] = None) -> None:
         value = names.get(check.argument[0])
         for attribute in check.argument[1:]:
             if isinstance(value, Proxy):
@@ -879,8 +904,15 @@ class SpecTracer(ValueDemands, torch.fx.Tracer):
         if check.kind == "type":
             self.refuse(_messages.type_of_traced_value(".".join(check.argument), value_of(value), location))
         example = value_of(value)
-        if type(example) in (int, float, complex, bool):  # identity of a number is not its value
+        other = _operand_value(check.other, names, space)
+        if other is not MISSING and not isinstance(other, Proxy) and type(other) not in _NUMBERS:
+            if type(example) in _NUMBERS:
+                return  # a number is never that object, in eager as in the graph, for every number passed
+        if type(example) in _NUMBERS:  # identity of a number is not its value
             self.refuse(_messages.identity_of_traced_number(".".join(check.argument), example, location))
+        if example is not MISSING and not isinstance(example, torch.Tensor):
+            # an object the trace carries as a proxy: never the object it is compared with
+            self.refuse(_messages.identity_of_traced_object(".".join(check.argument), example, location))
 
     def _submodule(self, qualname: str) -> torch.nn.Module:
         # root.get_submodule walks the path through nn.Module.__getattr__, which torch.fx

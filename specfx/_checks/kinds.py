@@ -7,7 +7,7 @@ import enum
 import math
 from typing import Any
 
-__all__ = ["GuardKind", "fingerprint", "same_value", "type_name"]
+__all__ = ["IDENTITY", "GuardKind", "fingerprint", "identity_print", "same_value", "type_name"]
 
 
 class GuardKind(str, enum.Enum):
@@ -68,6 +68,17 @@ def fingerprint(value: Any) -> Any:
     if type(value) in (tuple, list):
         return type(value)(fingerprint(item) for item in value)
     return f"{type_name(value)}:{value!r}"
+
+
+IDENTITY = "specfx-identity:"  # how an identity print starts (no fingerprint of a Python value does)
+
+
+def identity_print(value: Any) -> str:
+    """What :func:`guard_value` compares for an object forward tests by identity (``k is
+    SENTINEL``): its class and the object itself, so that an equal but other object fails.
+    (Held in the graph as text: a graph saved and loaded in another process fails it for every
+    object but those it finds itself, such as a default it left out.)"""
+    return f"{IDENTITY}{type_name(value)}@{id(value):#x}"
 
 
 def same_value(actual: Any, expected: Any) -> bool:

@@ -13,7 +13,7 @@ import bisect
 import dis
 import sys
 import types
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 __all__ = ["FORMS", "Attribute", "BytecodeForms", "CallSite", "Handler", "MATCH_CLASS", "NOT_A_CALL", "Name",
            "attribute_read_line", "call_site_at", "call_sites", "clause_types", "constant_subscript_next",
@@ -313,6 +313,9 @@ class TypeCheck(NamedTuple):
     kind: str = "type"  # "type": type(x) compared; "identity": x is/is not <not None>, or id(x);
     # "rng": <name>[.attr...].manual_seed(...) and the other methods that seed or set a generator's state
     # (the argument ends with the method's name)
+    # an identity test's other operand: ("local" | "global" | "const", name or constant, attributes...);
+    # () when it is not one of these simple forms
+    other: Tuple[Any, ...] = ()
 
 
 # Instructions after which control does not fall through, and loads of a frame's local.
@@ -403,6 +406,19 @@ def _operand_start(listing: List[dis.Instruction], end: int) -> Optional[int]:
     return None
 
 
+def _operand_form(operand: Sequence[dis.Instruction]) -> Tuple[Any, ...]:
+    """An identity test's other operand as :attr:`TypeCheck.other` spells it."""
+    first = operand[0]
+    attributes = tuple(a.argval for a in operand[1:])
+    if first.opname in _LOCAL_LOADS:
+        return ("local", first.argval, *attributes)
+    if first.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+        return ("global", first.argval, *attributes)
+    if first.opname in ("LOAD_CONST", "LOAD_SMALL_INT"):
+        return ("const", first.argval, *attributes)
+    return ()
+
+
 def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
     """The compared ``type(x)`` calls of ``code`` (cached per code object).
 
@@ -477,7 +493,7 @@ def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
             dominated = frozenset(o for o, doms in dominators.items() if inst.offset in doms and o != inst.offset)
             line = next((a.positions.lineno for a in loads[left_start:k + 1]  # type: ignore[attr-defined]
                          if getattr(a, "positions", None) is not None and a.positions.lineno), 0)  # type: ignore[attr-defined]
-            for operand in operands:
+            for operand, other in (operands, operands[::-1]):
                 if operand[0].opname not in _LOCAL_LOADS:
                     continue
                 name = operand[0].argval
@@ -485,7 +501,8 @@ def type_checks(code: types.CodeType) -> Tuple[TypeCheck, ...]:
                 returns = [a.offset for a in listing if a.opname in ("RETURN_VALUE", "RETURN_CONST")]
                 found.append(TypeCheck(inst.offset, line, (name, *(a.argval for a in operand[1:])), dominated,
                                        any(o > inst.offset for o in stores), bool(stores),
-                                       bool(returns) and all(r in dominated for r in returns), "identity"))
+                                       bool(returns) and all(r in dominated for r in returns), "identity",
+                                       _operand_form(other)))
     _TYPE_CHECKS[id(code)] = (code, tuple(found))  # the code is kept: its id stays its own
     return tuple(found)
 

@@ -43,6 +43,9 @@ from torch.fx.proxy import Proxy
 from torch.utils import _pytree as pytree
 
 from .._frames import caught as _caught
+from .._checks.defaults import LEFT_OUT, register_default
+from .._checks.kinds import IDENTITY, fingerprint, identity_print
+from .._frames.bytecode import type_checks
 from ..errors import GuardError
 from ..guards import GUARD_FUNCTIONS
 from .._policy.messages import entry_structure_failure
@@ -491,10 +494,22 @@ def _identifier(text: str) -> str:
     return name if name and not name[0].isdigit() else f"_{name}"
 
 
-def _render_default(default: Any, may_omit: bool, needed: List[Tuple[str, Any]]) -> Tuple[str, bool]:
+def plain_object(value: Any) -> bool:
+    """A Python object that is neither a tensor, a number, None, a container nor a value
+    passed as itself anyway (:data:`BAKED_TYPES`): a sentinel, a function, a class, a
+    dataclass instance. (A generator or a module stays a traced input.)"""
+    return not (value is None or isinstance(value, (torch.Tensor, int, float, complex, torch.SymInt, torch.SymFloat,
+                                                    torch.SymBool, torch.Generator, torch.nn.Module, list, tuple,
+                                                    dict, set, frozenset, range, slice) + BAKED_TYPES)
+                or type(value).__module__ == "numpy")
+
+
+def _render_default(default: Any, may_omit: bool, needed: List[Tuple[str, Any]], fn: Callable[..., Any],
+                    name: str, keys: Dict[str, str]) -> Tuple[str, bool]:
     """`` = value`` for a parameter's default when code can spell it (a literal, an enum
-    member of an importable class, whose class goes to ``needed``), else `` = None`` where
-    Python requires a default after others; and whether the parameter now has one."""
+    member of an importable class, whose class goes to ``needed``; an object, the text that
+    stands for it, ``'specfx-left-out:<key>'``), else `` = None`` where Python requires a
+    default after others; and whether the parameter now has one."""
     if default is not inspect.Parameter.empty:
         if isinstance(default, enum.Enum) and "<locals>" not in type(default).__qualname__:
             needed.append((type(default).__name__, type(default)))
@@ -508,6 +523,9 @@ def _render_default(default: Any, may_omit: bool, needed: List[Tuple[str, Any]])
             # code cannot spell a tensor: None stands for it, and the graph picks the traced
             # constant when the caller leaves the parameter out (_options.default_argument)
             return " = None", True
+        if plain_object(default) or isinstance(default, enum.Enum):
+            keys[name] = register_default(fn, name, default)
+            return f" = {LEFT_OUT + keys[name]!r}", True
     return ("", False) if may_omit else (" = None", True)
 
 
@@ -532,7 +550,7 @@ def structured_root(root: Any) -> bool:
 
 
 def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
-                examples: Optional[Dict[str, Any]], baked: Callable[[Any, Any, str], None],
+                examples: Optional[Dict[str, Any]], baked: Callable[[Any, Any, str, Any], None],
                 none_input: Callable[[Any], None], call: Callable[..., Any]) -> Tuple[Callable[..., Any], List[Any], StructuredCodeGen]:
     """Placeholders for the leaves of each parameter's value, and a function that
     rebuilds the inputs, calls ``root_fn`` and flattens its output. ``examples`` maps
@@ -549,6 +567,7 @@ def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
     values: List[Any] = []
     rendered: List[str] = []
     needed: List[Tuple[str, Any]] = []  # globals the rendered defaults name
+    default_keys: Dict[str, str] = {}  # parameter -> the key of its default object (_checks/defaults.py)
     has_default = False
     star = False
     for index, parameter in enumerate(parameters):
@@ -580,7 +599,7 @@ def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
                 rendered.append("*")
                 star = True
             text, defaulted = _render_default(parameter.default, kind is inspect.Parameter.KEYWORD_ONLY or not has_default,
-                                              needed)
+                                              needed, fn, parameter.name, default_keys)
             has_default = has_default or (defaulted and kind is not inspect.Parameter.KEYWORD_ONLY)
             rendered.append(parameter.name + text)
     names = [p.name for p in parameters]
@@ -592,7 +611,12 @@ def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
         p.name for p in parameters
         if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         and p.default is not inspect.Parameter.empty and p.name not in examples
-        and (p.default is None or isinstance(p.default, BAKED_TYPES)))
+        and (p.default is None or isinstance(p.default, BAKED_TYPES) or plain_object(p.default)))
+    # Parameters forward tests by identity (`k is SENTINEL`, `cfg.mode is Mode.A`): an object
+    # passed as itself (a proxy is never the object it is compared with), guarded by identity.
+    code = getattr(fn, "__code__", None)
+    by_identity = frozenset() if code is None else frozenset(
+        c.argument[0] for c in type_checks(code) if c.kind == "identity")
     in_spec = pytree.TreeSpec(dict, names, children)
     codegen = StructuredCodeGen(in_spec, ", ".join(rendered), "" if examples is not None else None, needed)
     tracer.graph._codegen = codegen
@@ -620,7 +644,9 @@ def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
             if retrace_spec is None:
                 tracer.examples[name] = leaf
             default: Tuple[Any, ...] = ()
-            if child.is_leaf() and parameter.default is not inspect.Parameter.empty:
+            if child.is_leaf() and parameter.name in default_keys:  # (no node holds an object: its key stands for it)
+                default = (LEFT_OUT + default_keys[parameter.name],)
+            elif child.is_leaf() and parameter.default is not inspect.Parameter.empty:
                 default = (parameter.default,)
             annotation = fn.__annotations__.get(parameter.name) if child.is_leaf() else None
             proxy = tracer.create_proxy("placeholder", name, default, {}, type_expr=annotation)
@@ -633,8 +659,18 @@ def create_args(tracer: Any, root_fn: Callable[..., Any], is_module: bool,
                 none_input(proxy)
                 kinds.append("-")
                 pass_in.append(None)
+            elif child.is_leaf() and parameter.name in default_keys and parameter.name not in (examples or {}):
+                # its default, an object the signature cannot spell (a sentinel forward tests):
+                # passed as itself; the guard finds that default as the signature does, in any process
+                baked(proxy, leaf, label, f"{IDENTITY}default:{default_keys[parameter.name]}")
+                kinds.append(leaf_kind(leaf))
+                pass_in.append(leaf)
             elif isinstance(leaf, BAKED_TYPES):
-                baked(proxy, leaf, label)
+                baked(proxy, leaf, label, fingerprint(leaf))
+                kinds.append(leaf_kind(leaf))
+                pass_in.append(leaf)
+            elif child.is_leaf() and plain_object(leaf) and parameter.name in by_identity:
+                baked(proxy, leaf, label, identity_print(leaf))
                 kinds.append(leaf_kind(leaf))
                 pass_in.append(leaf)
             else:

@@ -199,6 +199,22 @@ def identity_of_traced_number(name: str, value: Any, location: Optional[SourceLo
     return _refusal(message, f"{name} is ...", location)
 
 
+def identity_of_traced_object(name: str, value: Any, location: Optional[SourceLocation]) -> SpecializationError:
+    """The error for ``obj is SENTINEL`` on a Python object the trace carries as a proxy (an
+    argument forward passes on to a function that tests it)."""
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    message = (
+        f"`{name}` is compared by identity (`is`, `is not` or `id()`), but it is a traced "
+        f"{type(value).__name__} (example {shown}) that forward passes on: while tracing it is "
+        f"specfx's proxy, never the same object as another value, so the test would answer "
+        f"differently from eager silently (Python's `is` cannot be intercepted).\n"
+        f"Fix: test it in forward itself (specfx passes an argument that forward tests by identity "
+        f"as itself, and guards it), or compare with `==`."
+    )
+    return _refusal(message, f"{name} is ...", location)
+
+
 def _refusal(message: str, operation: str, location: Optional[SourceLocation]) -> SpecializationError:
     """A refusal that is no policy flag's: the message, then where it happened."""
     return SpecializationError(message + _where(location), operation=operation, flag=None, value=None,
@@ -463,13 +479,14 @@ def keyword_batch_positional(kind: str, keys: Sequence[str], owner: str, first: 
     )
 
 
-def numpy_example(path: str, shape: Tuple[int, ...], dtype: Any) -> str:
+def numpy_example(path: str, shape: Tuple[int, ...], dtype: Any, location: Optional[SourceLocation]) -> str:
     """A numpy array among the example inputs."""
     return (
         f"example input {path} is a numpy.ndarray (shape {shape}, dtype {dtype}); specfx traces tensors, and "
-        f"the graph takes tensors. Pass torch.from_numpy({path}) as the example, and convert arrays the same "
+        f"the graph takes tensors (held as a constant, the array would be this example's for every call).\n"
+        f"Fix: pass torch.from_numpy({path}) as the example, and convert arrays the same "
         f"way before calling the graph (if forward converts arrays itself, with torch.as_tensor or "
-        f"torch.from_numpy, move that conversion out of forward)"
+        f"torch.from_numpy, move that conversion out of forward)" + _where(location)
     )
 
 

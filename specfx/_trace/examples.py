@@ -20,7 +20,9 @@ from typing import Any, Iterator, List, Mapping, Optional, Tuple
 
 import torch
 
+from .._capture.roots import definition_line
 from .._policy import messages
+from ..errors import SpecializationError
 
 __all__ = ["explain_list_failure", "refuse_model_class", "refuse_numpy", "refuse_positional_batch",
            "warn_training_mode"]
@@ -69,17 +71,21 @@ def _leaves(value: Any, path: str) -> Iterator[Tuple[str, Any]]:
         yield path, value
 
 
-def refuse_numpy(examples: Mapping[str, Any]) -> None:
+def refuse_numpy(examples: Mapping[str, Any], root: Any) -> None:
     """A numpy array among the example inputs (keyed by parameter, as ``trace()`` bound
-    them) is refused: the graph takes tensors, and a traced array would reach torch as an
-    FX proxy where forward converts it (``torch.from_numpy`` cannot take one)."""
+    them) is refused, naming the parameter and forward's line: the graph takes tensors. (Held
+    as a constant, the array would be the example's for every call; traced as a tensor, what
+    forward does with it, numpy's operators or ``torch.from_numpy``, would not be eager's.)"""
     numpy = sys.modules.get("numpy")
     if numpy is None:  # (no array can exist)
         return
     for name, value in examples.items():
         for path, leaf in _leaves(value, name.lstrip("*")):
             if isinstance(leaf, numpy.ndarray):
-                raise TypeError(messages.numpy_example(path, tuple(leaf.shape), leaf.dtype))
+                location = definition_line(root.forward if isinstance(root, torch.nn.Module) else root)
+                raise SpecializationError(messages.numpy_example(path, tuple(leaf.shape), leaf.dtype, location),
+                                          operation=f"a numpy example for {path}",
+                                          location=str(location) if location else None)
 
 
 def _failing_line(error: BaseException) -> str:

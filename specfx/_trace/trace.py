@@ -139,7 +139,7 @@ def trace(
         _warn_unmatched_leaves(leaf_modules, trace_through, root)
     examples = bind_examples(root, example_inputs, example_kwargs, concrete_args)
     if examples is not None:
-        refuse_numpy(examples)
+        refuse_numpy(examples, root)
         refuse_module_machinery(root, _raise)
         warn_training_mode(root)
     name = type(root).__name__ if isinstance(root, torch.nn.Module) else getattr(root, "__name__", "function")
